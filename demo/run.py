@@ -1,0 +1,184 @@
+"""`make demo`: start the local web, crawl it, run the Spark jobs, train, and summarise.
+
+Each stage runs as its users run it, in its own process: `python -m spider.crawl`,
+`spark-submit jobs/<stage>.py`, `python -m trainer.train`.  The stages share nothing but
+the files named in SEAMS.md, which is what makes the demo a test of the seams.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from conf.paths import Paths, load_paths
+from demo.config import DemoConfig, load_demo_config
+from demo.summary import build_summary, render_summary
+
+ROOT = Path(__file__).resolve().parent.parent
+# Spark's console progress bars and JVM warnings bury the pipeline's own progress lines.
+NOISE = re.compile(r"^\s*\[Stage \d|^\S+ \S+ WARN |^WARNING: |Using Spark's default log4j|setLogLevel")
+
+
+class StageFailed(RuntimeError):
+    pass
+
+
+@dataclass
+class StageRun:
+    name: str
+    seconds: float
+    log: str
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("-o", "--override", action="append", default=[],
+                        help="demo setting key=value (other sections: use $WEBLM_CONF_OVERLAY)")
+    args = parser.parse_args(argv)
+    cfg = load_demo_config(args.override)
+    paths = load_paths()
+    try:
+        summary = run_demo(cfg, paths)
+    except StageFailed as exc:
+        print(f"\ndemo failed: {exc}", file=sys.stderr)
+        return 1
+    print(render_summary(summary))
+    return 0
+
+
+def run_demo(cfg: DemoConfig, paths: Paths) -> dict:
+    started = time.time()
+    var = Path(paths.var)
+    if cfg.fresh:
+        wipe_local_run(paths)
+    logs = var / "demo" / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    env = stage_env()
+    replays = [str((ROOT / p).resolve()) for p in cfg.replay_warcs if (ROOT / p).exists()]
+    missing = [p for p in cfg.replay_warcs if not (ROOT / p).exists()]
+    for path in missing:
+        print(f"[demo] replay WARC {path} not found: the local web serves generated sites only")
+
+    stages: list[StageRun] = []
+    web = start_local_web(replays, env, logs / "localweb.log", cfg.localweb_start_timeout_s)
+    try:
+        seeds = Path(paths.seeds)
+        seeds.parent.mkdir(parents=True, exist_ok=True)
+        seeds.write_text("\n".join(web["seeds"]) + "\n")
+        print(f"[demo] local web at {web['proxy']} with {len(web['seeds'])} seeds -> {seeds}")
+        stages.append(run_stage("crawl", [sys.executable, "-m", "spider.crawl", "--seeds", str(seeds),
+                                          "-o", f"proxy={web['proxy']}"], env, logs, cfg))
+    finally:
+        stop(web["process"])
+
+    spark_submit = [str(Path(sys.executable).with_name("spark-submit")), "--master", cfg.spark_master,
+                    "--driver-memory", cfg.spark_driver_memory, "--conf", "spark.ui.enabled=false"]
+    jars = sorted(Path(paths.spark_jars_dir).glob("*.jar")) if Path(paths.spark_jars_dir).is_dir() else []
+    if jars:
+        spark_submit += ["--jars", ",".join(map(str, jars))]
+    for job in ("ingest", "extract", "tokenize", "export"):
+        stages.append(run_stage(job, spark_submit + [str(ROOT / "jobs" / f"{job}.py")], env, logs, cfg))
+    stages.append(run_stage("train", [sys.executable, "-m", "trainer.train"], env, logs, cfg))
+
+    summary = build_summary(paths, {s.name: round(s.seconds, 1) for s in stages}, time.time() - started)
+    out = var / "demo" / "summary.json"
+    out.write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
+    summary["summary_path"] = str(out)
+    return summary
+
+
+def wipe_local_run(paths: Paths) -> None:
+    """Remove the previous run's outputs, but only folders that live under `paths.var`."""
+    var = Path(paths.var).resolve()
+    for name in ("seeds", "warc_dir", "crawl_stats", "lake", "tokenizer_dir", "shards_dir",
+                 "train_dir", "mlflow_artifacts"):
+        target = Path(getattr(paths, name)).resolve()
+        if var in target.parents and target.exists():
+            shutil.rmtree(target) if target.is_dir() else target.unlink()
+    db = paths.mlflow_tracking_uri.removeprefix("sqlite:///")
+    if paths.mlflow_tracking_uri.startswith("sqlite:///") and var in Path(db).resolve().parents:
+        Path(db).unlink(missing_ok=True)
+    shutil.rmtree(var / "demo" / "logs", ignore_errors=True)
+
+
+def stage_env() -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+    env.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+def start_local_web(replays: list[str], env: dict, log: Path, timeout_s: int) -> dict:
+    cmd = [sys.executable, "-m", "localweb", "serve"]
+    for path in replays:
+        cmd += ["--replay", path]
+    errors = log.open("w")
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=errors, text=True)
+    deadline = time.time() + timeout_s
+    line = ""
+    while time.time() < deadline and proc.poll() is None:
+        line = proc.stdout.readline()
+        if line.strip().startswith("{"):
+            ready = json.loads(line)
+            ready["process"] = proc
+            return ready
+    stop(proc)
+    raise StageFailed(f"the local web did not start within {timeout_s} s (last output {line!r}); see {log}")
+
+
+def run_stage(name: str, cmd: list[str], env: dict, logs: Path, cfg: DemoConfig) -> StageRun:
+    log_path = logs / f"{name}.log"
+    print(f"[demo] {name}: {' '.join(cmd[:6])}{' ...' if len(cmd) > 6 else ''}  (log: {log_path})", flush=True)
+    started = time.time()
+    with log_path.open("w") as log:
+        proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                text=True, errors="replace", start_new_session=True)
+        watchdog = threading.Timer(cfg.stage_timeout_s, stop, [proc])
+        watchdog.start()
+        try:
+            for line in proc.stdout:
+                log.write(line)
+                if not NOISE.search(line):
+                    print(f"  [{name}] {line.rstrip()}", flush=True)
+            proc.wait()
+        except KeyboardInterrupt:
+            stop(proc)
+            raise
+        finally:
+            watchdog.cancel()
+    seconds = time.time() - started
+    if seconds >= cfg.stage_timeout_s:
+        raise StageFailed(f"stage {name} ran past {cfg.stage_timeout_s} s and was stopped; see {log_path}")
+    if proc.returncode != 0:
+        tail = "".join(log_path.read_text(errors="replace").splitlines(keepends=True)[-30:])
+        raise StageFailed(f"stage {name} exited with {proc.returncode} after {seconds:.0f} s; "
+                          f"last lines of {log_path}:\n{tail}")
+    print(f"[demo] {name} done in {seconds:.1f} s", flush=True)
+    return StageRun(name, seconds, str(log_path))
+
+
+def stop(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        try:
+            os.killpg(proc.pid, signal.SIGTERM) if os.getpgid(proc.pid) == proc.pid else proc.terminate()
+        except ProcessLookupError:
+            return
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,90 @@
+"""The demo's closing summary: what each stage produced, read back from the files it wrote."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from conf.paths import Paths
+
+TABLES = ("bronze.pages", "silver.documents", "gold.tokens")
+
+
+def build_summary(paths: Paths, stage_seconds: dict[str, float], total_seconds: float) -> dict[str, Any]:
+    crawl = _read_json(Path(paths.crawl_stats))
+    manifest_path = Path(paths.shards_dir) / "manifest.json"
+    manifest = _read_json(manifest_path)
+    result = _read_json(Path(paths.train_dir) / "result.json")
+    return {
+        "seconds": {"total": round(total_seconds, 1), **stage_seconds},
+        "crawl": {k: crawl.get(k) for k in ("pages_fetched", "requests", "responses_by_status", "robots_denied",
+                                             "errors", "warc_files", "warc_records", "warc_bytes", "hosts")},
+        "tables": {name: _table_summary(paths, name) for name in TABLES},
+        "jobs": {job: _read_json(Path(paths.lake) / "_metrics" / f"{job}.json")
+                 for job in ("ingest", "extract", "tokenize", "export")},
+        "shards": {
+            "manifest": str(manifest_path),
+            "manifest_sha256": manifest.get("sha256"),
+            "count": len(manifest.get("shards", [])),
+            "documents": manifest.get("totals", {}).get("documents"),
+            "tokens": manifest.get("totals", {}).get("tokens"),
+            "tokenizer_sha256": manifest.get("tokenizer", {}).get("sha256"),
+            "vocab_size": manifest.get("tokenizer", {}).get("vocab_size"),
+        },
+        "train": {k: result.get(k) for k in ("run_id", "steps", "first_loss", "last_loss", "tokens_seen",
+                                              "checkpoint", "lineage")},
+        "mlflow": {
+            "tracking_uri": paths.mlflow_tracking_uri,
+            "run_id": result.get("run_id"),
+            "ui": f"make mlflow-ui  (or: mlflow ui --backend-store-uri {paths.mlflow_tracking_uri})",
+        },
+    }
+
+
+def render_summary(summary: dict[str, Any]) -> str:
+    crawl, shards, train, tables = summary["crawl"], summary["shards"], summary["train"], summary["tables"]
+    seconds = summary["seconds"]
+    lines = ["", "weblm demo: summary", "=" * 60,
+             f"crawl     {crawl['pages_fetched']} pages fetched ({crawl['requests']} requests, "
+             f"{crawl['robots_denied']} denied by robots.txt) over {len(crawl.get('hosts') or [])} hosts",
+             f"          statuses {crawl['responses_by_status']}  errors {crawl['errors']}",
+             f"WARC      {crawl['warc_files']} files, {crawl['warc_records']} records, "
+             f"{_mb(crawl['warc_bytes'])}"]
+    for name in TABLES:
+        t = tables[name]
+        lines.append(f"{name:<18}{t['rows']:>8} rows  (Delta version {t['version']})")
+    lines += [f"shards    {shards['count']} shards, {shards['documents']} documents, {shards['tokens']} tokens "
+              f"(vocab {shards['vocab_size']}, tokenizer {str(shards['tokenizer_sha256'])[:12]})",
+              f"train     {train['steps']} steps, loss {_f(train['first_loss'])} -> {_f(train['last_loss'])}, "
+              f"{train['tokens_seen']} tokens seen",
+              f"          checkpoint {train['checkpoint']}",
+              f"          lineage    {train['lineage']}",
+              f"MLflow    run {summary['mlflow']['run_id']} in {summary['mlflow']['tracking_uri']}",
+              f"          UI: {summary['mlflow']['ui']}",
+              "time      " + ", ".join(f"{k} {v:.0f} s" for k, v in seconds.items()),
+              f"summary   {summary.get('summary_path', '')}", ""]
+    return "\n".join(lines)
+
+
+def _table_summary(paths: Paths, name: str) -> dict[str, Any]:
+    # delta-rs reads the table without a JVM: an independent check of what Spark wrote.
+    from deltalake import DeltaTable
+
+    location = paths.table(name)
+    try:
+        table = DeltaTable(location)
+    except Exception as exc:  # a missing table is reported in the summary, not fatal to it
+        return {"path": location, "rows": 0, "version": None, "error": str(exc).splitlines()[0]}
+    return {"path": location, "rows": table.to_pyarrow_dataset().count_rows(), "version": table.version()}
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    return json.loads(path.read_text()) if path.exists() else {}
+
+
+def _mb(n: Any) -> str:
+    return f"{n / 1e6:.2f} MB" if isinstance(n, (int, float)) else "?"
+
+
+def _f(x: Any) -> str:
+    return f"{x:.3f}" if isinstance(x, (int, float)) else "?"

@@ -1,0 +1,76 @@
+"""`python -m spider.crawl --seeds FILE [--warc-dir DIR] [--stats FILE] [-o key=value ...]`
+
+Crawls from the seeds into WARC/1.1 files and writes the crawl counters as JSON.  Defaults come
+from conf/paths.yaml (paths.seeds, paths.warc_dir, paths.crawl_stats); crawl settings from
+conf/crawl.yaml, each overridable with `-o key=value` (e.g. `-o download_delay_s=0.1`).
+The first SIGINT/SIGTERM stops gracefully (WARC files closed and renamed), a second one hard.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from pathlib import Path
+
+from scrapy.crawler import CrawlerProcess
+
+from conf import ConfigError
+from conf.paths import load_paths
+from spider.config import load_crawl_config
+from spider.crawl_stats import crawl_stats
+from spider.seeds import SeedError, read_seeds
+from spider.settings import scrapy_settings
+from spider.web_spider import WebSpider
+
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+logger = logging.getLogger("spider.crawl")
+
+
+def _project_path(value: str) -> Path:
+    """paths.yaml entries are relative to the project root, not to the current directory."""
+    path = Path(value)
+    return path if path.is_absolute() else PROJECT_ROOT / path
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m spider.crawl", description=__doc__.splitlines()[0])
+    parser.add_argument("--seeds", help="seed file, one URL per line (default: paths.seeds)")
+    parser.add_argument("--warc-dir", help="where WARC files go (default: paths.warc_dir)")
+    parser.add_argument("--stats", help="crawl counters JSON (default: paths.crawl_stats)")
+    parser.add_argument("-o", "--override", action="append", default=[], metavar="KEY=VALUE",
+                        help="override a conf/crawl.yaml setting, e.g. -o proxy=http://127.0.0.1:8080")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    try:
+        paths = load_paths()
+        cfg = load_crawl_config(args.override)
+        seeds = read_seeds(Path(args.seeds) if args.seeds else _project_path(paths.seeds))
+    except (ConfigError, SeedError, ValueError) as exc:
+        print(f"spider.crawl: {exc}", file=sys.stderr)
+        return 2
+    warc_dir = Path(args.warc_dir) if args.warc_dir else _project_path(paths.warc_dir)
+    stats_path = Path(args.stats) if args.stats else _project_path(paths.crawl_stats)
+
+    process = CrawlerProcess(scrapy_settings(cfg, str(warc_dir)))
+    crawler = process.create_crawler(WebSpider)
+    process.crawl(crawler, seeds=seeds, config=cfg)
+    process.start()  # returns after the spider closes: normally, by a limit, or on a signal
+
+    result = crawl_stats(crawler.stats.get_stats(), seeds=len(seeds))
+    stats_path.parent.mkdir(parents=True, exist_ok=True)
+    stats_path.write_text(json.dumps(result, indent=2, sort_keys=False, default=str) + "\n")
+    elapsed = result["elapsed_s"] or 0.0
+    print(f"crawl finished ({result['finish_reason']}): {result['pages_fetched']} pages from "
+          f"{len(result['hosts'])} hosts in {elapsed:.1f} s ({result['pages_fetched'] / max(elapsed, 1e-9):.1f} "
+          f"pages/s), {result['requests']} requests, {sum(result['errors'].values())} errors "
+          f"{result['errors']}, {result['robots_denied']} denied by robots.txt; "
+          f"{result['warc_files']} WARC file(s), {result['warc_bytes']} bytes in {warc_dir}; stats: {stats_path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,45 @@
+"""Scrapy settings built from the typed crawl configuration; the only place they are set."""
+from __future__ import annotations
+
+from typing import Any
+
+from spider.config import CrawlConfig
+
+
+def scrapy_settings(cfg: CrawlConfig, warc_dir: str) -> dict[str, Any]:
+    return {
+        "BOT_NAME": "weblm",
+        "TWISTED_REACTOR": "twisted.internet.asyncioreactor.AsyncioSelectorReactor",
+        "SCHEDULER": cfg.scheduler,
+        "USER_AGENT": cfg.user_agent,
+        "ROBOTSTXT_OBEY": cfg.obey_robots,
+        "ROBOTSTXT_PARSER": cfg.robots_parser,
+        "DOWNLOAD_DELAY": cfg.download_delay_s,
+        "RANDOMIZE_DOWNLOAD_DELAY": cfg.randomize_delay,
+        "CONCURRENT_REQUESTS": cfg.concurrent_requests,
+        "CONCURRENT_REQUESTS_PER_DOMAIN": cfg.concurrent_requests_per_host,  # slots are keyed on the hostname
+        "DEPTH_LIMIT": cfg.depth_limit,
+        "DOWNLOAD_TIMEOUT": cfg.download_timeout_s,
+        "DOWNLOAD_MAXSIZE": cfg.download_maxsize_bytes,
+        "DOWNLOAD_WARNSIZE": cfg.download_warnsize_bytes,
+        "RETRY_ENABLED": cfg.retry_enabled,
+        "RETRY_TIMES": cfg.retry_times,
+        "RETRY_HTTP_CODES": list(cfg.retry_http_codes),
+        "CLOSESPIDER_PAGECOUNT": cfg.close_after_pages,
+        "CLOSESPIDER_TIMEOUT": cfg.close_after_seconds,
+        "CLOSESPIDER_ERRORCOUNT": cfg.close_after_errors,
+        "LOG_LEVEL": cfg.log_level,
+        "TELNETCONSOLE_ENABLED": False,  # no listening ports a crawl does not need
+        "DOWNLOADER_MIDDLEWARES": {
+            "scrapy.downloadermiddlewares.robotstxt.RobotsTxtMiddleware": None,
+            "spider.middlewares.robots.StatusAwareRobotsTxtMiddleware": 100,  # same place as the stock one
+            "spider.middlewares.proxy.ProxyMiddleware": 740,  # before HttpProxyMiddleware (750)
+            "spider.middlewares.warc_capture.WarcCaptureMiddleware": 950,  # next to the downloader
+        },
+        "EXTENSIONS": {
+            "scrapy.extensions.logstats.LogStats": None,  # replaced by ProgressLog
+            "spider.progress.ProgressLog": 500,
+        },
+        "WEBLM_CRAWL_CONFIG": cfg,
+        "WEBLM_WARC_DIR": warc_dir,
+    }

@@ -1,0 +1,148 @@
+"""WARC/1.1 output: request/response pairs in size-rotated, gzip-per-record files (SEAMS §2).
+
+warcio builds the records and computes WARC-Block-Digest and WARC-Payload-Digest (sha1, base32).
+This module adds what warcio leaves to its caller: file naming, the `.open` -> final rename
+that lets readers see only complete files, the warcinfo record at the head of every file,
+and rotation by size.  It knows nothing of Scrapy, so it can be tested and reused alone.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import time
+from dataclasses import dataclass
+from http import HTTPStatus
+from io import BytesIO
+from pathlib import Path
+from typing import BinaryIO, Iterable
+from urllib.parse import urlsplit
+
+from warcio.statusandheaders import StatusAndHeaders
+from warcio.warcwriter import WARCWriter
+
+logger = logging.getLogger(__name__)
+
+OPEN_SUFFIX = ".open"
+WARC_SPEC = "https://iipc.github.io/warc-specifications/specifications/warc-format/warc-1.1/"
+# Twisted has already removed the chunked framing from the body it hands over; a block that
+# still said "Transfer-Encoding: chunked" would make readers de-chunk a plain body.  The header
+# is kept under this name, as StormCrawler does (WARCRecordFormat.java).
+RENAMED_HEADERS = {b"transfer-encoding": b"X-Crawler-Transfer-Encoding"}
+
+HeaderList = Iterable[tuple[bytes, bytes]]
+
+
+def response_head(protocol: str | None, status: int, headers: HeaderList) -> StatusAndHeaders:
+    """The HTTP status line and headers of a response block.
+
+    Scrapy/Twisted parse the headers, so the block is re-serialised from the parsed headers:
+    values and Scrapy's order are kept, but names come back in Twisted's canonical case, Twisted
+    may move Content-Length, and the reason phrase (which Scrapy drops) is the standard one
+    for the status code.  warcio %-encodes non-ASCII header values (RFC 8187).
+    """
+    try:
+        reason = HTTPStatus(status).phrase
+    except ValueError:
+        reason = "Unknown"
+    fields = [(RENAMED_HEADERS.get(name.lower(), name).decode("latin-1"), value.decode("latin-1"))
+              for name, value in headers]
+    return StatusAndHeaders(f"{status} {reason}", fields, protocol=protocol or "HTTP/1.1")
+
+
+def request_head(method: str, url: str, headers: HeaderList) -> StatusAndHeaders:
+    """The request line (origin-form target, as on the wire to an origin server) and headers."""
+    parts = urlsplit(url)
+    target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+    fields = [(n.decode("latin-1"), v.decode("latin-1")) for n, v in headers]
+    if not any(name.lower() == "host" for name, _ in fields):
+        fields.insert(0, ("Host", parts.netloc))  # Twisted adds Host itself, after Scrapy's last look
+    return StatusAndHeaders(f"{method} {target} HTTP/1.1", fields, protocol="", is_http_request=True)
+
+
+@dataclass
+class WarcCounters:
+    files: int = 0
+    records: int = 0
+    responses: int = 0
+    bytes: int = 0  # compressed bytes of every file written, the open one included
+
+
+class RotatingWarcWriter:
+    """Writes fetches into `<dir>/<prefix>-<UTC yyyymmddHHMMSS>-<serial>-<pid>.warc.gz`."""
+
+    def __init__(self, directory: str | os.PathLike, prefix: str, max_file_bytes: int,
+                 warcinfo: dict[str, str]):
+        self.directory = Path(directory)
+        self.prefix = prefix
+        self.max_file_bytes = max_file_bytes
+        self.warcinfo = {"software": "weblm-spider (warcio, scrapy)", "format": "WARC File Format 1.1",
+                         "conformsTo": WARC_SPEC, "hostname": socket.gethostname(), **warcinfo}
+        self.counters = WarcCounters()
+        self.closed_files: list[Path] = []
+        self._serial = 0
+        self._file: BinaryIO | None = None
+        self._path: Path | None = None
+        self._writer: WARCWriter | None = None
+        self._closed_bytes = 0
+
+    def write_fetch(self, url: str, request: StatusAndHeaders, request_body: bytes,
+                    response: StatusAndHeaders, response_body: bytes,
+                    ip_address: str | None = None) -> str:
+        """Write one `response` record and its `request` record; returns the response's record id."""
+        writer = self._current_writer()
+        warc_headers = {"WARC-IP-Address": ip_address} if ip_address else {}
+        resp = writer.create_warc_record(url, "response", payload=BytesIO(response_body),
+                                         length=len(response_body), http_headers=response,
+                                         warc_headers_dict=warc_headers)
+        req = writer.create_warc_record(url, "request", payload=BytesIO(request_body),
+                                        length=len(request_body), http_headers=request)
+        writer.write_request_response_pair(req, resp)  # sets WARC-Concurrent-To on the request
+        self.counters.records += 2
+        self.counters.responses += 1
+        self._after_write()
+        return resp.rec_headers.get_header("WARC-Record-ID")
+
+    def close(self) -> None:
+        """Close the open file (if any) and rename it to its final name.  Safe to call twice."""
+        if self._file is None:
+            return
+        assert self._path is not None
+        self._file.flush()
+        os.fsync(self._file.fileno())
+        size = self._file.tell()
+        self._file.close()
+        final = self._path.with_name(self._path.name[: -len(OPEN_SUFFIX)])
+        os.replace(self._path, final)
+        self._closed_bytes += size
+        self.counters.bytes = self._closed_bytes
+        self.closed_files.append(final)
+        logger.info("WARC file closed: %s (%d bytes)", final, size)
+        self._file = self._path = self._writer = None
+
+    def _current_writer(self) -> WARCWriter:
+        if self._writer is None:
+            self._open_next()
+        assert self._writer is not None
+        return self._writer
+
+    def _open_next(self) -> None:
+        self.directory.mkdir(parents=True, exist_ok=True)
+        stamp = time.strftime("%Y%m%d%H%M%S", time.gmtime())
+        name = f"{self.prefix}-{stamp}-{self._serial:05d}-{os.getpid()}.warc.gz"
+        self._serial += 1
+        self._path = self.directory / (name + OPEN_SUFFIX)
+        self._file = open(self._path, "xb")  # "x": never overwrite another writer's file
+        self._writer = WARCWriter(self._file, gzip=True, warc_version="WARC/1.1")
+        self._writer.write_record(self._writer.create_warcinfo_record(name, self.warcinfo))
+        self.counters.files += 1
+        self.counters.records += 1
+        self.counters.bytes = self._closed_bytes + self._file.tell()
+
+    def _after_write(self) -> None:
+        """Rotate once the file has reached its size: a fetch's two records never straddle files."""
+        assert self._file is not None
+        size = self._file.tell()
+        self.counters.bytes = self._closed_bytes + size
+        if size >= self.max_file_bytes:
+            self.close()

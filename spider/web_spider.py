@@ -1,0 +1,75 @@
+"""The spider: seeds in, links followed within the allowed hosts, every failure counted."""
+from __future__ import annotations
+
+import logging
+from urllib.parse import urlsplit
+
+import scrapy
+from scrapy.http import Request, TextResponse
+from scrapy.linkextractors import LinkExtractor
+
+from spider.config import CrawlConfig
+from spider.errors import failure_kind
+from spider.urlfilter import UrlFilter
+
+logger = logging.getLogger(__name__)
+
+
+class WebSpider(scrapy.Spider):
+    name = "weblm"
+
+    def __init__(self, seeds: list[str], config: CrawlConfig, **kwargs):
+        super().__init__(**kwargs)
+        self.seeds = seeds
+        hosts = {urlsplit(u).hostname for u in seeds} | set(config.allowed_hosts)
+        # Scrapy's OffsiteMiddleware drops redirects that leave these hosts.
+        self.allowed_domains = sorted(h for h in hosts if h)
+        self.url_filter = UrlFilter(set(self.allowed_domains), config.max_pages_per_host,
+                                    config.max_url_length, config.max_repeated_segment)
+        self.link_extractor = LinkExtractor(allow_domains=self.allowed_domains, unique=True)
+
+    async def start(self):
+        for url in self.seeds:
+            if self._admit(url):
+                yield self._request(url)
+
+    def parse(self, response):
+        if not isinstance(response, TextResponse):
+            self.crawler.stats.inc_value("weblm/parse/not_text")  # images, PDFs: archived, not followed
+            return
+        try:
+            links = self.link_extractor.extract_links(response)
+        except Exception as exc:  # a page lxml cannot parse must not end the crawl
+            self.crawler.stats.inc_value("weblm/errors/parse_error")
+            logger.warning("could not extract links from %s (%s: %s); page kept in WARC, links lost",
+                           response.url, type(exc).__name__, exc)
+            return
+        for link in links:
+            if self._admit(link.url):
+                yield self._request(link.url)
+
+    def on_error(self, failure):
+        kind = failure_kind(failure)
+        url = failure.request.url if hasattr(failure, "request") else "?"
+        if kind == "robots_denied":
+            self.crawler.stats.inc_value("weblm/robots_denied")
+            logger.debug("robots.txt disallows %s", url)
+            return
+        self.crawler.stats.inc_value(f"weblm/errors/{kind}")
+        if kind.startswith("http_"):
+            logger.info("%s answered HTTP %s (recorded in WARC, links not followed)", url, kind[5:])
+        else:
+            logger.warning("fetch failed for %s: %s (%s)", url, kind, failure.getErrorMessage())
+
+    def _request(self, url: str) -> Request:
+        return Request(url, callback=self.parse, errback=self.on_error)
+
+    def _admit(self, url: str) -> bool:
+        reason = self.url_filter.reason(url)
+        if reason is None:
+            return True
+        if reason != "seen":
+            self.crawler.stats.inc_value(f"weblm/filtered/{reason}")
+            if reason != "offsite":
+                logger.debug("not crawling %s: %s", url, reason)
+        return False

@@ -1,0 +1,74 @@
+"""The typed configuration loader: files, overlays, overrides, and the errors a user sees."""
+from dataclasses import dataclass, field
+
+import pytest
+
+from conf import ConfigError, build, flatten, load
+from conf.paths import load_paths
+
+
+@dataclass
+class Inner:
+    rate: float = 1.0
+    names: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Outer:
+    size: int = 1
+    inner: Inner = field(default_factory=Inner)
+    note: str | None = None
+
+
+def write_section(tmp_path, name, text):
+    (tmp_path / f"{name}.yaml").write_text(text)
+
+
+def test_file_overlay_and_override_apply_in_order(tmp_path, monkeypatch):
+    write_section(tmp_path, "toy", "size: 2\ninner:\n  rate: 3\n  names: [a]\n")
+    overlay = tmp_path / "overlay.yaml"
+    overlay.write_text("toy:\n  inner:\n    names: [b, c]\nother:\n  size: 99\n")
+    monkeypatch.setenv("WEBLM_CONF_DIR", str(tmp_path))
+    monkeypatch.setenv("WEBLM_CONF_OVERLAY", str(overlay))
+
+    cfg = load("toy", Outer, ["size=5", "toy.note=hello"])
+
+    assert cfg == Outer(size=5, inner=Inner(rate=3.0, names=["b", "c"]), note="hello")
+    assert isinstance(cfg.inner.rate, float)
+
+
+def test_unknown_key_is_named_in_the_error(tmp_path, monkeypatch):
+    write_section(tmp_path, "toy", "size: 2\nszie: 3\n")
+    monkeypatch.setenv("WEBLM_CONF_DIR", str(tmp_path))
+    with pytest.raises(ConfigError, match=r"unknown setting\(s\) \['szie'\] in toy"):
+        load("toy", Outer)
+
+
+def test_wrong_type_is_rejected():
+    with pytest.raises(ConfigError, match="inner.rate must be float"):
+        build(Outer, {"inner": {"rate": "fast"}}, where="toy")
+
+
+def test_override_needs_key_and_value(tmp_path, monkeypatch):
+    write_section(tmp_path, "toy", "size: 2\n")
+    monkeypatch.setenv("WEBLM_CONF_DIR", str(tmp_path))
+    with pytest.raises(ConfigError, match="not key=value"):
+        load("toy", Outer, ["size"])
+
+
+def test_missing_section_file_says_which(tmp_path, monkeypatch):
+    monkeypatch.setenv("WEBLM_CONF_DIR", str(tmp_path))
+    with pytest.raises(ConfigError, match="no configuration file .*nothing.yaml"):
+        load("nothing", Outer)
+
+
+def test_paths_follow_the_var_root(tmp_path):
+    paths = load_paths([f"var={tmp_path}"])
+    assert paths.warc_dir == f"{tmp_path}/warc"
+    assert paths.table("silver.documents") == f"{tmp_path}/lake/silver/documents"
+    assert paths.mlflow_tracking_uri == f"sqlite:///{tmp_path}/mlflow/mlflow.db"
+    assert paths.spark_jars_dir.endswith("/.venv/jars") and paths.spark_jars_dir.startswith("/")
+
+
+def test_flatten_names_nested_settings():
+    assert flatten({"a": {"b": 1, "c": {"d": 2}}, "e": 3}) == {"a.b": 1, "a.c.d": 2, "e": 3}
