@@ -1,0 +1,46 @@
+"""A killed run resumed from its last checkpoint continues exactly where an uninterrupted run goes."""
+import json
+
+import mlflow
+import pytest
+from mlflow.tracking import MlflowClient
+
+from conftest import tiny_config, tmp_paths
+from trainer.checkpoint import CheckpointError
+from trainer.train import train
+
+STEPS = 10
+
+
+def losses(paths, run_id):
+    mlflow.set_tracking_uri(paths.mlflow_tracking_uri)
+    return {m.step: m.value for m in MlflowClient().get_metric_history(run_id, "loss")}
+
+
+def test_resumed_run_matches_an_uninterrupted_one(manifest_path, tmp_path, caplog):
+    cfg = tiny_config(f"schedule.steps={STEPS}", "schedule.checkpoint_interval=3", "schedule.eval_interval=0")
+    straight_paths, killed_paths = tmp_paths(tmp_path / "straight"), tmp_paths(tmp_path / "killed")
+    straight = train(cfg, straight_paths, manifest_path)
+
+    # Killed after step 7: the last checkpoint is step 6, so step 7 is redone after the resume.
+    assert train(cfg, killed_paths, manifest_path, stop_after=7) is None
+    with pytest.raises(CheckpointError, match="pass --resume to continue it"):
+        train(cfg, killed_paths, manifest_path)
+    with pytest.raises(CheckpointError, match=r"settings changed since the checkpoint: optim.lr 0.003 -> 0.001"):
+        train(tiny_config(f"schedule.steps={STEPS}", "optim.lr=0.001"), killed_paths, manifest_path, resume=True)
+    with caplog.at_level("WARNING", logger="trainer"):
+        resumed = train(cfg, killed_paths, manifest_path, resume=True)
+    assert "resuming from" in caplog.text and "step-00000006.pt at step 6/10" in caplog.text
+
+    killed_run = next(iter(MlflowClient().search_runs(
+        [MlflowClient().get_experiment_by_name(cfg.experiment).experiment_id])))
+    assert resumed["run_id"] == killed_run.info.run_id != straight["run_id"]   # the killed MLflow run, continued
+    assert resumed["first_loss"] == straight["first_loss"]
+    assert resumed["last_loss"] == pytest.approx(straight["last_loss"], abs=1e-5)
+    expected, got = losses(straight_paths, straight["run_id"]), losses(killed_paths, resumed["run_id"])
+    for step in range(6, STEPS):
+        assert got[step] == pytest.approx(expected[step], abs=1e-5), step
+    read = lambda p: (p.parent.parent / "train" / "lineage" / "batches.jsonl").read_text().splitlines()
+    straight_lineage = [json.loads(x) for x in read(tmp_path / "straight" / "mlflow" / "x")]
+    resumed_lineage = [json.loads(x) for x in read(tmp_path / "killed" / "mlflow" / "x")]
+    assert resumed_lineage == straight_lineage   # same batches, each step recorded once

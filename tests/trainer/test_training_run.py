@@ -1,0 +1,77 @@
+"""A finished run: the loss fell, MLflow holds what SEAMS §5 promises, lineage names the right documents."""
+import json
+from pathlib import Path
+
+import mlflow
+import numpy as np
+from megatron.core.datasets.indexed_dataset import IndexedDataset
+from mlflow.tracking import MlflowClient
+
+from trainer.backend import open_backend
+from trainer.data import build_datasets
+from trainer.manifest import load_manifest
+from trainer.train import RunFiles
+
+
+def test_loss_falls_on_learnable_data(trained_run):
+    result = trained_run["result"]
+    assert result["steps"] == 40
+    assert result["last_loss"] < result["first_loss"] - 1.0, result
+    assert result["tokens_seen"] == 40 * 16 * 64
+
+
+def test_result_json_follows_the_seam(trained_run):
+    out = trained_run["out"]
+    written = json.loads((out / "result.json").read_text())
+    assert set(written) == {"run_id", "steps", "first_loss", "last_loss", "tokens_seen", "checkpoint", "lineage"}
+    assert Path(written["checkpoint"]).is_file() and Path(written["checkpoint"]).name == "step-00000040.pt"
+    assert Path(written["lineage"]) == out / "lineage" / "batches.jsonl"
+
+
+def test_mlflow_run_has_params_metrics_dataset_and_artifacts(trained_run):
+    mlflow.set_tracking_uri(trained_run["paths"].mlflow_tracking_uri)
+    client = MlflowClient()
+    run = client.get_run(trained_run["result"]["run_id"])
+    manifest = load_manifest(trained_run["manifest"])
+    assert run.info.status == "FINISHED"
+    assert run.data.params["model.num_layers"] == "2" and run.data.params["optim.lr"] == "0.003"
+    assert run.data.params["manifest_sha256"] == manifest.sha256
+    assert run.data.tags["tokenizer_sha256"] == manifest.tokenizer_sha256
+    assert run.data.tags["source.gold.tokens.version"] == "3"
+    history = client.get_metric_history(run.info.run_id, "loss")
+    assert sorted(m.step for m in history) == list(range(40))
+    assert {m.step: m.value for m in history}[39] == trained_run["result"]["last_loss"]
+    assert len(client.get_metric_history(run.info.run_id, "val_loss")) == 2
+    (dataset_input,) = run.inputs.dataset_inputs
+    assert manifest.sha256.startswith(dataset_input.dataset.digest)
+    assert json.loads(dataset_input.dataset.source)["uri"].endswith("manifest.json")
+    tags = {t.key: t.value for t in dataset_input.tags}
+    assert tags["mlflow.data.context"] == "training" and tags["manifest_sha256"] == manifest.sha256
+    artifacts = {a.path for a in client.list_artifacts(run.info.run_id)}
+    assert {"lineage", "result.json"} <= artifacts
+    assert [a.path for a in client.list_artifacts(run.info.run_id, "lineage")] == ["lineage/batches.jsonl"]
+
+
+def test_lineage_names_exactly_the_documents_in_each_sample(trained_run):
+    out, cfg = trained_run["out"], trained_run["cfg"]
+    lines = [json.loads(line) for line in (out / "lineage" / "batches.jsonl").read_text().splitlines()]
+    assert [line["step"] for line in lines] == list(range(40))
+    assert all(len(line["samples"]) == cfg.batch.global_batch_size for line in lines)
+    record = lines[7]["samples"][5]
+    manifest = load_manifest(trained_run["manifest"])
+    shard = next(s for s in manifest.shards if s.name == record["shard"])
+    with open_backend(cfg):   # the sample itself, as the run drew it
+        datasets = build_datasets(cfg, manifest, RunFiles(out).cache(manifest.sha256))
+        sample = datasets.train[record["index"]]
+    window = np.append(sample["tokens"].numpy(), sample["labels"][-1].item())   # the seq_length+1 tokens read
+    # By hand: concatenate the listed sequences from the shard; the window must lie inside that run of
+    # documents, starting in the first and ending in the last, so every listed document gave tokens.
+    indexed = IndexedDataset(shard.prefix)
+    docs = [np.asarray(indexed[i], dtype=np.int64) for i in record["sequences"]]
+    joined = np.concatenate(docs)
+    starts = [s for s in range(len(joined) - len(window) + 1) if (joined[s:s + len(window)] == window).all()]
+    assert len(starts) == 1
+    assert starts[0] < len(docs[0]) and starts[0] + len(window) > len(joined) - len(docs[-1])
+    sidecar = [json.loads(line) for line in shard.docs_path.read_text().splitlines()]
+    assert record["doc_ids"] == [sidecar[i]["doc_id"] for i in record["sequences"]]
+    assert set(record["doc_ids"]) <= set(lines[7]["doc_ids"])

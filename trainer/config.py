@@ -1,0 +1,111 @@
+"""The trainer's typed configuration; every default and its reason lives in `conf/trainer.yaml`."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterable
+
+from conf import ConfigError, load
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    num_layers: int
+    hidden_size: int
+    num_attention_heads: int
+    ffn_hidden_size: int
+    seq_length: int
+    normalization: str
+    position_embedding: str
+    rotary_base: int
+    dropout: float
+    init_method_std: float
+    share_embeddings: bool
+    vocab_multiple: int
+
+
+@dataclass(frozen=True)
+class OptimConfig:
+    lr: float
+    min_lr: float
+    warmup_steps: int
+    decay_style: str
+    weight_decay: float
+    beta1: float
+    beta2: float
+    eps: float
+    grad_clip: float
+
+
+@dataclass(frozen=True)
+class BatchConfig:
+    micro_batch_size: int
+    global_batch_size: int
+
+
+@dataclass(frozen=True)
+class DataConfig:
+    split: str
+    eod_mask_loss: bool
+    reset_position_ids: bool
+    reset_attention_mask: bool
+
+
+@dataclass(frozen=True)
+class ScheduleConfig:
+    steps: int
+    log_interval: int
+    eval_interval: int
+    eval_batches: int
+    checkpoint_interval: int
+    keep_checkpoints: int
+
+
+@dataclass(frozen=True)
+class ParallelConfig:
+    tp: int
+    pp: int
+    cp: int
+    dp: int
+
+
+@dataclass(frozen=True)
+class TrainerConfig:
+    backend: str
+    seed: int
+    experiment: str
+    model: ModelConfig
+    optim: OptimConfig
+    batch: BatchConfig
+    data: DataConfig
+    schedule: ScheduleConfig
+    parallel: ParallelConfig
+
+    def __post_init__(self) -> None:
+        m, b, s = self.model, self.batch, self.schedule
+        if m.hidden_size % m.num_attention_heads:
+            raise ConfigError(f"model.hidden_size {m.hidden_size} is not divisible by "
+                              f"model.num_attention_heads {m.num_attention_heads}")
+        if m.normalization not in ("RMSNorm", "LayerNorm"):
+            raise ConfigError(f"model.normalization must be RMSNorm or LayerNorm, got {m.normalization!r}")
+        if m.position_embedding not in ("rope", "learned_absolute"):
+            raise ConfigError("model.position_embedding must be rope or learned_absolute, "
+                              f"got {m.position_embedding!r}")
+        if self.optim.decay_style not in ("cosine", "linear", "constant"):
+            raise ConfigError(f"optim.decay_style must be cosine, linear or constant, got {self.optim.decay_style!r}")
+        if self.optim.warmup_steps >= s.steps:
+            raise ConfigError(f"optim.warmup_steps {self.optim.warmup_steps} must be below schedule.steps {s.steps}")
+        if b.global_batch_size % (b.micro_batch_size * self.parallel.dp):
+            raise ConfigError(f"batch.global_batch_size {b.global_batch_size} is not a multiple of "
+                              f"micro_batch_size x dp = {b.micro_batch_size} x {self.parallel.dp}")
+        for name in ("steps", "log_interval", "checkpoint_interval", "keep_checkpoints"):
+            if getattr(s, name) < 1:
+                raise ConfigError(f"schedule.{name} must be >= 1, got {getattr(s, name)}")
+
+    @property
+    def grad_accumulation(self) -> int:
+        """Micro-batches per optimizer step on each data-parallel rank."""
+        return self.batch.global_batch_size // (self.batch.micro_batch_size * self.parallel.dp)
+
+
+def load_trainer_config(overrides: Iterable[str] = ()) -> TrainerConfig:
+    return load("trainer", TrainerConfig, overrides)

@@ -1,0 +1,118 @@
+"""The shard manifest of SEAMS §4: read it, check it, and refuse shards that are not what it says.
+
+The manifest's own `sha256` is the SHA-256 of the manifest without that field, serialised as
+canonical JSON (`sort_keys=True`, separators `(",", ":")`, UTF-8): the same bytes whatever
+indentation the writer used.  It is the dataset digest MLflow records and checkpoints pin.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+FORMAT = "megatron-indexed/1"
+_CHUNK = 1 << 20
+
+
+class ManifestError(ValueError):
+    """A manifest or shard that cannot be trained on as it stands."""
+
+
+@dataclass(frozen=True)
+class Shard:
+    prefix: str             # absolute path prefix of the .bin/.idx pair
+    name: str               # the manifest's relative prefix, e.g. "shard-00000"
+    documents: int
+    tokens: int
+    docs_path: Path         # the docs.jsonl sidecar: line i = sequence i's doc_id
+
+
+@dataclass(frozen=True)
+class Manifest:
+    path: Path
+    sha256: str
+    vocab_size: int
+    eod_id: int
+    tokenizer_sha256: str
+    dtype: str
+    shards: tuple[Shard, ...]
+    sources: dict[str, Any]
+    raw: dict[str, Any]
+
+    @property
+    def total_tokens(self) -> int:
+        return sum(s.tokens for s in self.shards)
+
+
+def canonical_sha256(manifest: dict[str, Any]) -> str:
+    body = {k: v for k, v in manifest.items() if k != "sha256"}
+    text = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        while chunk := handle.read(_CHUNK):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def load_manifest(path: str | Path, verify: bool = True) -> Manifest:
+    """Parse `manifest.json`; with `verify`, check its own hash and every shard's .bin/.idx sha256."""
+    path = Path(path)
+    if not path.is_file():
+        raise ManifestError(f"no manifest at {path}; run the shard job first (SEAMS §4) or pass --manifest")
+    try:
+        raw = json.loads(path.read_text())
+    except json.JSONDecodeError as exc:
+        raise ManifestError(f"{path} is not valid JSON: {exc}") from exc
+    if raw.get("format") != FORMAT:
+        raise ManifestError(f"{path}: format {raw.get('format')!r}, this trainer reads {FORMAT!r}")
+    for key in ("tokenizer", "shards", "sha256", "dtype"):
+        if key not in raw:
+            raise ManifestError(f"{path}: missing field {key!r} (SEAMS §4)")
+    if verify and canonical_sha256(raw) != raw["sha256"]:
+        raise ManifestError(f"{path}: sha256 field {raw['sha256'][:12]}… does not match the manifest's content "
+                            f"({canonical_sha256(raw)[:12]}…); the manifest was edited or written by another tool")
+    if not raw["shards"]:
+        raise ManifestError(f"{path}: lists no shards")
+    folder = path.parent
+    shards = []
+    for entry in raw["shards"]:
+        prefix = folder / entry["prefix"]
+        for suffix, field in ((".bin", "bin_sha256"), (".idx", "idx_sha256")):
+            shard_file = prefix.with_name(prefix.name + suffix)
+            if not shard_file.is_file():
+                raise ManifestError(f"shard {entry['prefix']}: {shard_file} is missing; the manifest at {path} "
+                                    "lists it, so the shard folder is incomplete (re-run the shard job)")
+            if verify and file_sha256(shard_file) != entry[field]:
+                raise ManifestError(f"shard {entry['prefix']}: {shard_file.name} sha256 does not match the "
+                                    f"manifest's {field} ({entry[field][:12]}…); the file is corrupt or was "
+                                    "rewritten after the manifest (re-run the shard job)")
+        docs_path = folder / entry["docs"]
+        if not docs_path.is_file():
+            raise ManifestError(f"shard {entry['prefix']}: docs sidecar {docs_path} is missing (needed for lineage)")
+        shards.append(Shard(prefix=str(prefix), name=entry["prefix"], documents=int(entry["documents"]),
+                            tokens=int(entry["tokens"]), docs_path=docs_path))
+    tok = raw["tokenizer"]
+    return Manifest(path=path, sha256=raw["sha256"], vocab_size=int(tok["vocab_size"]), eod_id=int(tok["eod_id"]),
+                    tokenizer_sha256=str(tok.get("sha256", "")), dtype=raw["dtype"], shards=tuple(shards),
+                    sources=dict(raw.get("sources", {})), raw=raw)
+
+
+def read_doc_ids(shard: Shard) -> list[str]:
+    """doc_id of each sequence in the shard, in sequence order (the docs.jsonl sidecar)."""
+    doc_ids: list[str] = []
+    with open(shard.docs_path) as handle:
+        for line_no, line in enumerate(handle):
+            row = json.loads(line)
+            if row["i"] != line_no:
+                raise ManifestError(f"{shard.docs_path}:{line_no + 1}: sequence index {row['i']} out of order")
+            doc_ids.append(row["doc_id"])
+    if len(doc_ids) != shard.documents:
+        raise ManifestError(f"{shard.docs_path}: {len(doc_ids)} lines but the manifest says "
+                            f"{shard.documents} documents for {shard.name}")
+    return doc_ids

@@ -1,0 +1,207 @@
+"""Train megatron-core's GPTModel on the shards of a manifest (SEAMS §4) and report per SEAMS §5.
+
+    python -m trainer.train [--manifest PATH] [--out DIR] [--resume] [-o key=value ...]
+
+`-o` overrides `conf/trainer.yaml` (e.g. `-o schedule.steps=50`); keys starting with `paths.`
+override `conf/paths.yaml` (e.g. `-o paths.mlflow_tracking_uri=sqlite:////tmp/m.db`).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from conf import ConfigError, as_dict, flatten
+from conf.paths import Paths, load_paths
+from trainer import tracking
+from trainer.backend import open_backend
+from trainer.checkpoint import (CheckpointError, RNGState, latest_checkpoint, list_checkpoints, read_checkpoint,
+                                restore, save_checkpoint)
+from trainer.config import TrainerConfig, load_trainer_config
+from trainer.data import Batch, build_datasets, eval_batches, micro_batches
+from trainer.lineage import LineageWriter
+from trainer.manifest import ManifestError, load_manifest
+from trainer.model import build_model, count_parameters, padded_vocab_size
+from trainer.optim import build_optimizer, build_scheduler
+from trainer.progress import Meter, Progress
+
+log = logging.getLogger("trainer")
+
+# Settings that may change between a killed run and its resume; every other one shapes the trajectory.
+RESUMABLE_CHANGES = ("schedule.log_interval", "schedule.checkpoint_interval", "schedule.keep_checkpoints",
+                     "schedule.eval_interval", "schedule.eval_batches", "experiment")
+
+
+@dataclass(frozen=True)
+class RunFiles:
+    out: Path
+
+    @property
+    def checkpoints(self) -> Path:
+        return self.out / "checkpoints"
+
+    @property
+    def lineage(self) -> Path:
+        return self.out / "lineage" / "batches.jsonl"
+
+    @property
+    def result(self) -> Path:
+        return self.out / "result.json"
+
+    def cache(self, manifest_sha: str) -> Path:
+        # Per manifest: megatron's index cache key does not cover file contents.
+        return self.out / "cache" / manifest_sha[:16]
+
+
+def masked_loss_sum(model: torch.nn.Module, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
+    """Sum of per-token losses where loss_mask is 1, and how many tokens that was."""
+    per_token = model(batch.tokens, batch.position_ids, batch.attention_mask, labels=batch.labels)
+    return (per_token * batch.loss_mask).sum(), batch.loss_mask.sum()
+
+
+@torch.no_grad()
+def evaluate(model: torch.nn.Module, batches: list[Batch]) -> float:
+    model.eval()
+    sums = [masked_loss_sum(model, b) for b in batches]
+    model.train()
+    return (sum(s for s, _ in sums) / sum(n for _, n in sums)).item()
+
+
+def train(cfg: TrainerConfig, paths: Paths, manifest_path: str | Path | None = None, out: str | Path | None = None,
+          resume: bool = False, stop_after: int | None = None) -> dict[str, Any] | None:
+    """Run (or resume) training; returns result.json's content, or None when stopped by `stop_after`."""
+    manifest = load_manifest(manifest_path or Path(paths.shards_dir) / "manifest.json")
+    files = RunFiles(Path(out or paths.train_dir))
+    if not resume and list_checkpoints(files.checkpoints):
+        raise CheckpointError(f"{files.checkpoints} holds checkpoints of an earlier run; pass --resume to continue "
+                              "it, or choose another --out")
+    with open_backend(cfg) as backend:
+        datasets = build_datasets(cfg, manifest, files.cache(manifest.sha256))
+        vocab_size = padded_vocab_size(manifest.vocab_size, cfg.model.vocab_multiple, cfg.parallel.tp)
+        model = build_model(cfg.model, vocab_size)
+        optimizer = build_optimizer(model, cfg.optim)
+        scheduler = build_scheduler(optimizer, cfg.optim, cfg.schedule.steps)
+        progress = Progress()
+        state = {"model": model, "optimizer": optimizer, "scheduler": scheduler, "progress": progress,
+                 "rng": RNGState()}
+        if resume:
+            _resume(files, state, cfg, manifest.sha256)
+        model_info = {"model.parameters": count_parameters(model), "model.padded_vocab_size": vocab_size}
+        run = tracking.start_run(cfg, paths, manifest, model_info, progress.run_id)
+        progress.run_id = run.info.run_id
+        lineage = LineageWriter(files.lineage, keep_before=progress.step)
+        val_batches = eval_batches(cfg, datasets)
+        meter = Meter(cfg.schedule.steps, progress.step)
+        tokens_per_step = cfg.batch.global_batch_size * cfg.model.seq_length
+        log.info("training %s parameters (vocab %d -> %d) on %d tokens in %d shards, %d steps of %d tokens",
+                 f"{count_parameters(model):,}", manifest.vocab_size, vocab_size, manifest.total_tokens,
+                 len(manifest.shards), cfg.schedule.steps, tokens_per_step)
+
+        for step in range(progress.step, cfg.schedule.steps):
+            began = time.perf_counter()
+            batches, samples = micro_batches(cfg, datasets, step, backend.dp_rank, backend.dims.dp)
+            n_tokens = sum(b.loss_mask.sum() for b in batches)   # normalise by the whole global batch's tokens
+            optimizer.zero_grad(set_to_none=True)
+            loss = 0.0
+            for batch in batches:
+                loss_sum, _ = masked_loss_sum(model, batch)
+                (loss_sum / n_tokens).backward()
+                loss += (loss_sum / n_tokens).item()
+            grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.optim.grad_clip or float("inf"))
+            scheduler.step(1)                      # lr of update `step` is the schedule at step+1 (no lr=0 update)
+            optimizer.step()
+
+            progress.step, progress.tokens_seen, progress.last_loss = step + 1, progress.tokens_seen + tokens_per_step, loss
+            progress.first_loss = loss if progress.first_loss is None else progress.first_loss
+            tokens_per_s = tokens_per_step / (time.perf_counter() - began)
+            lr = optimizer.param_groups[0]["lr"]
+            metrics = {"loss": loss, "lr": lr, "grad_norm": grad_norm.item(), "tokens_per_s": tokens_per_s,
+                       "tokens_seen": progress.tokens_seen}
+            lineage.write(step, samples)
+            if val_batches and (step + 1) % cfg.schedule.eval_interval == 0:
+                metrics["val_loss"] = evaluate(model, val_batches)
+            tracking.log_step(metrics, step)
+            if (step + 1) % cfg.schedule.log_interval == 0 or step + 1 == cfg.schedule.steps:
+                log.info(meter.line(step, loss, lr, metrics["grad_norm"], tokens_per_s)
+                         + (f" | val {metrics['val_loss']:.4f}" if "val_loss" in metrics else ""))
+            final = step + 1 == cfg.schedule.steps
+            if final or (step + 1) % cfg.schedule.checkpoint_interval == 0:
+                checkpoint = save_checkpoint(files.checkpoints, step + 1, state, _meta(cfg, manifest.sha256),
+                                             cfg.schedule.keep_checkpoints)
+            if stop_after is not None and step + 1 >= stop_after and not final:
+                log.warning("stopping after step %d as asked (--stop-after); resume with --resume", step + 1)
+                lineage.close()
+                tracking.finish([], status="KILLED")
+                return None
+
+        lineage.close()
+        result = {"run_id": progress.run_id, "steps": progress.step, "first_loss": progress.first_loss,
+                  "last_loss": progress.last_loss, "tokens_seen": progress.tokens_seen,
+                  "checkpoint": str(checkpoint), "lineage": str(files.lineage)}
+        files.result.write_text(json.dumps(result, indent=2) + "\n")
+        tracking.finish([(files.lineage, "lineage"), (files.result, "")])
+        rate = meter.steps_per_s(progress.step - 1)
+        log.info("done: loss %.4f -> %.4f over %d steps; %.2f steps/s, %s tokens/s wall-clock; result %s",
+                 progress.first_loss, progress.last_loss, progress.step, rate, f"{rate * tokens_per_step:,.0f}",
+                 files.result)
+        return result
+
+
+def _meta(cfg: TrainerConfig, manifest_sha: str) -> dict[str, Any]:
+    return {"config": as_dict(cfg), "manifest_sha256": manifest_sha}
+
+
+def _resume(files: RunFiles, state: dict[str, Any], cfg: TrainerConfig, manifest_sha: str) -> None:
+    path = latest_checkpoint(files.checkpoints)
+    if path is None:
+        log.warning("--resume: no checkpoint under %s; starting from step 0", files.checkpoints)
+        return
+    payload = read_checkpoint(path)
+    payload_meta = payload["meta"]
+    if payload_meta["manifest_sha256"] != manifest_sha:
+        raise CheckpointError(f"{path} was trained on manifest {payload_meta['manifest_sha256'][:12]}…, not "
+                              f"{manifest_sha[:12]}…; resume with the same shards or start a new --out")
+    before, now = flatten(payload_meta["config"]), flatten(as_dict(cfg))
+    changed = sorted(k for k in before.keys() | now.keys()
+                     if before.get(k) != now.get(k) and k not in RESUMABLE_CHANGES)
+    if changed:
+        raise CheckpointError(f"{path}: settings changed since the checkpoint: "
+                              + ", ".join(f"{k} {before.get(k)!r} -> {now.get(k)!r}" for k in changed)
+                              + "; these change which batches and updates come next, so the run cannot resume")
+    restore(path, payload, state)
+    progress = state["progress"]
+    log.warning("resuming from %s at step %d/%d (MLflow run %s)", path, progress.step, cfg.schedule.steps,
+                progress.run_id)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m trainer.train", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--manifest", help="manifest.json (default: <paths.shards_dir>/manifest.json)")
+    parser.add_argument("--out", help="run folder for checkpoints, lineage, result.json (default: paths.train_dir)")
+    parser.add_argument("--resume", action="store_true", help="continue from the latest checkpoint under --out")
+    parser.add_argument("--stop-after", type=int, help="stop after this many steps as if killed (resume drills)")
+    parser.add_argument("-o", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                        help="override conf/trainer.yaml; paths.KEY=VALUE overrides conf/paths.yaml")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
+    logging.getLogger("megatron").setLevel(logging.WARNING)   # its dataset index chatter drowns the progress line
+    path_overrides = [o[len("paths."):] for o in args.overrides if o.startswith("paths.")]
+    trainer_overrides = [o for o in args.overrides if not o.startswith("paths.")]
+    try:
+        cfg, paths = load_trainer_config(trainer_overrides), load_paths(path_overrides)
+        train(cfg, paths, args.manifest, args.out, args.resume, args.stop_after)
+    except (ConfigError, ManifestError, CheckpointError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
