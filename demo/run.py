@@ -114,6 +114,10 @@ def stage_env() -> dict[str, str]:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
     env.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    # spark-submit finds Spark and its Python through PATH: make both this interpreter's (the venv's).
+    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
+    env.setdefault("PYSPARK_PYTHON", sys.executable)
+    env.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     env["PYTHONUNBUFFERED"] = "1"
     return env
 

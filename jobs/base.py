@@ -1,0 +1,233 @@
+"""The job base: arguments, Spark session, Delta I/O, idempotent writes and job metrics.
+
+In the spirit of cc-pyspark's `CCSparkJob` (template method): `SparkJob.run()` parses the
+common arguments, builds (or reuses) the session, calls `run_job(spark, args)`, then writes the
+job's counters to `<lake>/<metrics_dir>/<job>.json` (SEAMS §3) and logs a summary.  A job
+overrides `add_arguments` and `run_job` and counts what it did in `self.metrics`.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Sequence
+
+from conf.paths import Paths, load_paths
+from jobs.config import JobsConfig, load_jobs_config
+
+log = logging.getLogger("weblm.jobs")
+
+
+@dataclass
+class JobMetrics:
+    """What one run of a job did; `skipped` counts by reason, `examples` says where."""
+    job: str
+    started: str = ""
+    seconds: float = 0.0
+    input_rows: int = 0
+    output_rows: int = 0
+    skipped: Counter = field(default_factory=Counter)
+    examples: list = field(default_factory=list)
+    extra: dict = field(default_factory=dict)
+
+    def skip(self, reason: str, n: int = 1) -> None:
+        self.skipped[reason] += n
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"job": self.job, "started": self.started, "seconds": round(self.seconds, 3),
+                "input_rows": self.input_rows, "output_rows": self.output_rows,
+                "skipped": dict(sorted(self.skipped.items())), **self.extra,
+                "skipped_examples": self.examples}
+
+    def summary(self) -> str:
+        skipped = ", ".join(f"{k}={v}" for k, v in sorted(self.skipped.items())) or "none"
+        rate = self.input_rows / self.seconds if self.seconds else 0.0
+        return (f"{self.job}: {self.input_rows} in -> {self.output_rows} out in {self.seconds:.1f} s "
+                f"({rate:.1f} rows/s); skipped: {skipped}")
+
+
+def resolve(path: str) -> str:
+    """A local relative path made absolute (executors may run elsewhere); URIs unchanged."""
+    return path if "://" in path or path.startswith("dbfs:") else os.path.abspath(path)
+
+
+class SparkJob:
+    """Template method: `run()` -> `run_job(spark, args)`; subclasses set `name`."""
+
+    name = "job"
+    description = ""
+
+    def __init__(self) -> None:
+        self.metrics = JobMetrics(job=self.name)
+        self.cfg: JobsConfig = JobsConfig()
+        self.paths: Paths = Paths()
+
+    # -- what a job overrides ---------------------------------------------------------------
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
+        """Job-specific arguments."""
+
+    def run_job(self, spark, args: argparse.Namespace) -> None:
+        raise NotImplementedError
+
+    # -- the template -------------------------------------------------------------------------
+    def parse_args(self, argv: Sequence[str] | None) -> argparse.Namespace:
+        parser = argparse.ArgumentParser(prog=f"jobs.{self.name}", description=self.description)
+        parser.add_argument("--lake", help="Delta lake root (default: paths.lake)")
+        parser.add_argument("--master", help="Spark master for a local run (default: spark.master "
+                            "from conf/jobs.yaml unless spark-submit already chose one)")
+        parser.add_argument("-o", "--override", action="append", default=[], metavar="KEY=VALUE",
+                            help="override a conf/jobs.yaml setting, e.g. -o extract.min_chars=100")
+        parser.add_argument("-p", "--path", action="append", default=[], metavar="KEY=VALUE",
+                            help="override a conf/paths.yaml setting, e.g. -p warc_dir=/data/warc")
+        self.add_arguments(parser)
+        return parser.parse_args(argv)
+
+    def run(self, argv: Sequence[str] | None = None) -> JobMetrics:
+        if not logging.getLogger().handlers:
+            logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+        args = self.parse_args(argv)
+        self.cfg = load_jobs_config(args.override)
+        path_overrides = list(args.path) + ([f"lake={args.lake}"] if args.lake else [])
+        self.paths = load_paths(path_overrides)
+        self.metrics = JobMetrics(job=self.name)
+        self.metrics.started = datetime.now(timezone.utc).isoformat(timespec="seconds")
+        start = time.monotonic()
+        spark, created = build_session(self.cfg, self.paths, args.master, f"{self.cfg.spark.app_name_prefix}-{self.name}")
+        try:
+            self.run_job(spark, args)
+        finally:
+            self.metrics.seconds = time.monotonic() - start
+            self.write_metrics()
+            if created and self.cfg.spark.stop_session:
+                spark.stop()
+        log.info(self.metrics.summary())
+        return self.metrics
+
+    # -- helpers for jobs -----------------------------------------------------------------------
+    def table(self, name: str) -> str:
+        return resolve(self.paths.table(name))
+
+    def record_skips(self, spark_df, reason_col: str, detail_cols: Sequence[str],
+                     routine: Sequence[str] = ()) -> None:
+        """Count rows of `spark_df` by `reason_col` (non-null = skipped) and keep a few examples.
+
+        `routine` reasons (e.g. request records in a WARC) are counted but not logged as examples.
+        """
+        from pyspark.sql import functions as F
+
+        skipped = spark_df.where(F.col(reason_col).isNotNull())
+        for row in skipped.groupBy(reason_col).count().collect():
+            self.metrics.skip(row[0], row[1])
+        if routine:
+            skipped = skipped.where(~F.col(reason_col).isin(*routine))
+        examples = (skipped.select(reason_col, *detail_cols).orderBy(*detail_cols)
+                    .limit(self.cfg.skip_examples).collect())
+        for row in examples:
+            example = row.asDict()
+            self.metrics.examples.append(example)
+            log.warning("skipped %s", " ".join(f"{k}={v}" for k, v in example.items()))
+
+    def write_metrics(self) -> Path:
+        out = Path(resolve(self.paths.lake)) / self.cfg.metrics_dir / f"{self.name}.json"
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = out.with_suffix(".json.tmp")
+        tmp.write_text(json.dumps(self.metrics.as_dict(), indent=2, default=str) + "\n")
+        os.replace(tmp, out)
+        return out
+
+
+# -- session ---------------------------------------------------------------------------------------
+def build_session(cfg: JobsConfig, paths: Paths, master: str | None, app_name: str):
+    """The active session if there is one (spark-submit, Databricks, tests), else a new one.
+
+    Returns `(spark, created)`.  `spark.jars` comes from `paths.spark_jars_dir` only when that
+    folder has jars and nobody set `spark.jars` already (spark-submit --jars, a cluster that ships Delta).
+    """
+    from pyspark import SparkConf
+    from pyspark.sql import SparkSession
+
+    active = SparkSession.getActiveSession()
+    if active is not None:
+        return active, False
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # avoids the loopback-hostname warning on laptops
+    launched = SparkConf()  # under spark-submit this already holds spark.master, spark.jars, ...
+    builder = SparkSession.builder.appName(app_name)
+    if master or not launched.contains("spark.master"):
+        builder = builder.master(master or cfg.spark.master)
+        # a run we launch ourselves: Python workers must use this interpreter (its venv), not `python3`
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    jars_dir = Path(resolve(paths.spark_jars_dir))
+    jars = sorted(str(p) for p in jars_dir.glob("*.jar")) if jars_dir.is_dir() else []
+    if jars and not launched.get("spark.jars", ""):
+        builder = builder.config("spark.jars", ",".join(jars))
+    builder = builder.config("spark.sql.shuffle.partitions", str(cfg.spark.shuffle_partitions))
+    for key, value in cfg.spark.conf.items():
+        builder = builder.config(key, str(value))
+    return builder.getOrCreate(), True
+
+
+# -- Delta I/O ------------------------------------------------------------------------------------
+def table_version(spark, path: str) -> int | None:
+    """Current version of the Delta table at `path`, or None when there is none."""
+    from delta.tables import DeltaTable
+
+    if not DeltaTable.isDeltaTable(spark, path):
+        return None
+    return int(DeltaTable.forPath(spark, path).history(1).select("version").first()[0])
+
+
+def commit_info(spark, path: str, version: int) -> dict[str, Any]:
+    """The commit's operation, timestamp and metrics (rows inserted/updated/deleted)."""
+    from delta.tables import DeltaTable
+
+    row = (DeltaTable.forPath(spark, path).history().where(f"version = {int(version)}")
+           .select("version", "timestamp", "operation", "operationMetrics").first())
+    return row.asDict() if row else {}
+
+
+def merge_table(spark, df, path: str, key: str, *, sync: bool) -> dict[str, Any]:
+    """Idempotent write of `df` into the Delta table at `path`, keyed on `key`.
+
+    `sync=False`: insert rows whose key is new (append-only tables: bronze).
+    `sync=True`: make the table equal to `df`: update changed rows, insert new, delete missing
+    (derived tables: silver, gold).  Nothing is committed when nothing would change, so a rerun
+    leaves the table, and its version, as it was.  Returns what changed.
+    """
+    from delta.tables import DeltaTable
+
+    if not DeltaTable.isDeltaTable(spark, path):
+        df.write.format("delta").mode("errorifexists").save(path)
+        return {"created": True, "inserted": spark.read.format("delta").load(path).count(),
+                "updated": 0, "deleted": 0, "version": table_version(spark, path)}
+    target = spark.read.format("delta").load(path)
+    new_keys = df.select(key).subtract(target.select(key))
+    if sync:
+        # rows whose content differs, plus target keys missing from the source
+        changed = df.subtract(target.select(*df.columns)).select(key)
+        missing = target.select(key).subtract(df.select(key))
+        pending = changed.union(missing).union(new_keys).limit(1).count()
+    else:
+        pending = new_keys.limit(1).count()
+    if not pending:
+        return {"created": False, "inserted": 0, "updated": 0, "deleted": 0,
+                "version": table_version(spark, path)}
+    merge = (DeltaTable.forPath(spark, path).alias("t")
+             .merge(df.alias("s"), f"t.`{key}` = s.`{key}`"))
+    if sync:
+        differs = " OR ".join(f"NOT (t.`{c}` <=> s.`{c}`)" for c in df.columns if c != key)
+        merge = merge.whenMatchedUpdateAll(condition=differs or None).whenNotMatchedBySourceDelete()
+    merge.whenNotMatchedInsertAll().execute()
+    version = table_version(spark, path)
+    metrics = commit_info(spark, path, version).get("operationMetrics") or {}
+    return {"created": False, "version": version,
+            "inserted": int(metrics.get("numTargetRowsInserted", 0)),
+            "updated": int(metrics.get("numTargetRowsUpdated", 0)),
+            "deleted": int(metrics.get("numTargetRowsDeleted", 0))}
+

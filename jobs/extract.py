@@ -1,0 +1,117 @@
+"""`bronze.pages` -> `silver.documents` (SEAMS §3): decode, extract main text, filter.
+
+    python -m jobs.extract [--lake DIR] [-o extract.min_chars=100]
+    spark-submit jobs/extract.py ...
+
+Per document: status and content type, size cap (huge pages skipped), charset decoding
+(header -> meta -> fallback with counted replacements), trafilatura main text + title, minimum
+length.  Every drop has a reason in the job's counters.  Idempotent: silver is synced to what
+this run derives from bronze (MERGE on doc_id: changed rows updated, new inserted, gone deleted).
+"""
+import os
+import sys
+
+if __name__ == "__main__":
+    # `spark-submit jobs/<stage>.py` puts jobs/ first on sys.path, where jobs/tokenize.py would shadow
+    # the standard library's `tokenize` (imported by linecache, hence by logging and tracebacks)
+    _here = os.path.dirname(os.path.abspath(__file__))
+    sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != _here]
+
+import logging
+from typing import Iterator
+
+from jobs.base import SparkJob, merge_table
+from jobs.config import ExtractSettings
+from jobs.text.main_text import Extracted, extract_document
+
+log = logging.getLogger("weblm.jobs.extract")
+
+SILVER_COLUMNS = ("doc_id", "url", "host", "fetch_time", "title", "text", "language", "n_chars",
+                  "warc_file", "warc_offset")
+_INPUT = ("doc_id", "url", "host", "fetch_time", "status", "content_type", "charset", "html",
+          "warc_file", "warc_offset")
+
+
+def output_schema():
+    from pyspark.sql import types as T
+
+    return T.StructType([
+        T.StructField("doc_id", T.StringType()),
+        T.StructField("url", T.StringType()),
+        T.StructField("host", T.StringType()),
+        T.StructField("fetch_time", T.TimestampType()),
+        T.StructField("title", T.StringType()),
+        T.StructField("text", T.StringType()),
+        T.StructField("language", T.StringType()),
+        T.StructField("n_chars", T.IntegerType()),
+        T.StructField("warc_file", T.StringType()),
+        T.StructField("warc_offset", T.LongType()),
+        # bookkeeping, not written to silver
+        T.StructField("skip_reason", T.StringType()),
+        T.StructField("decode_source", T.StringType()),
+        T.StructField("replacements", T.IntegerType()),
+    ])
+
+
+def extract_batches(batches: Iterator, cfg: ExtractSettings) -> Iterator:
+    """`mapInPandas` body: one output row per bronze row (a document or a skip)."""
+    import pandas as pd
+
+    for batch in batches:
+        out = {name: [] for name in output_schema().names}
+        for row in batch.itertuples(index=False):
+            result = extract_document(row.html, None if pd.isna(row.status) else int(row.status),
+                                      row.content_type, row.charset, row.url, cfg)
+            ok = isinstance(result, Extracted)
+            out["doc_id"].append(row.doc_id)
+            out["url"].append(row.url)
+            out["host"].append(row.host)
+            out["fetch_time"].append(row.fetch_time)
+            out["title"].append(result.title if ok else None)
+            out["text"].append(result.text if ok else None)
+            out["language"].append(cfg.language)
+            out["n_chars"].append(len(result.text) if ok else None)
+            out["warc_file"].append(row.warc_file)
+            out["warc_offset"].append(row.warc_offset)
+            out["skip_reason"].append(None if ok else result)
+            out["decode_source"].append(result.decode_source if ok else None)
+            out["replacements"].append(result.replacements if ok else None)
+        frame = pd.DataFrame(out)
+        frame["n_chars"] = frame["n_chars"].astype("Int32")
+        frame["replacements"] = frame["replacements"].astype("Int32")
+        yield frame
+
+
+class ExtractJob(SparkJob):
+    name = "extract"
+    description = "bronze.pages -> silver.documents (trafilatura main text)"
+
+    def run_job(self, spark, args):
+        from pyspark import StorageLevel
+        from pyspark.sql import functions as F
+
+        cfg = self.cfg.extract
+        bronze = spark.read.format("delta").load(self.table("bronze.pages")).select(*_INPUT)
+        rows = (bronze.mapInPandas(lambda batches: extract_batches(batches, cfg), output_schema())
+                .persist(StorageLevel.MEMORY_AND_DISK))
+        try:
+            self.metrics.input_rows = rows.count()
+            self.record_skips(rows, "skip_reason", ["url", "warc_file", "warc_offset"],
+                              routine=["bad_status", "not_html"])
+            kept = rows.where(F.col("skip_reason").isNull())
+            decoding = {r[0]: r[1] for r in kept.groupBy("decode_source").count().collect()}
+            replaced = kept.agg(F.sum("replacements"), F.sum(F.when(F.col("replacements") > 0, 1))).first()
+            result = merge_table(spark, kept.select(*SILVER_COLUMNS), self.table("silver.documents"),
+                                 "doc_id", sync=True)
+        finally:
+            rows.unpersist()
+        self.metrics.output_rows = self.metrics.input_rows - sum(self.metrics.skipped.values())
+        self.metrics.extra.update(
+            table="silver.documents", table_version=result["version"], decoded_by=decoding,
+            replacement_chars=int(replaced[0] or 0), docs_with_replacements=int(replaced[1] or 0),
+            huge_pages="skipped (reason too_large), not truncated",
+            rows_inserted=result["inserted"], rows_updated=result["updated"], rows_deleted=result["deleted"])
+
+
+if __name__ == "__main__":
+    ExtractJob().run()

@@ -1,0 +1,1 @@
+"""Per-document text work, pure functions without Spark: decode HTML bytes, extract main text."""

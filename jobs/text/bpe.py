@@ -1,0 +1,75 @@
+"""SentencePiece BPE: train from an iterator of texts, store content-addressed, encode.
+
+Training reads sentences from an iterator and writes the model to memory, so the model bytes
+depend only on the sample and the settings (no temp-file names in the trainer spec): the same
+sample gives the same bytes, and sha256(model bytes) is the tokenizer's identity.
+"""
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+from pathlib import Path
+from typing import Iterable, Iterator
+
+import sentencepiece as spm
+
+from jobs.config import TokenizeSettings
+
+MODEL_FILE = "spm.model"
+_loaded: dict[str, spm.SentencePieceProcessor] = {}  # one processor per model, per Python worker
+
+
+def training_lines(texts: Iterable[str]) -> Iterator[str]:
+    """Documents -> non-empty lines: SentencePiece trains on sentences, and drops overlong ones."""
+    for text in texts:
+        for line in text.splitlines():
+            if line.strip():
+                yield line
+
+
+def train_bpe(texts: Iterable[str], cfg: TokenizeSettings) -> bytes:
+    """A BPE model trained on `texts`, as bytes."""
+    model = io.BytesIO()
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=training_lines(texts), model_writer=model, model_type="bpe",
+        vocab_size=cfg.vocab_size, hard_vocab_limit=False, byte_fallback=cfg.byte_fallback,
+        character_coverage=cfg.character_coverage, normalization_rule_name=cfg.normalization_rule_name,
+        remove_extra_whitespaces=cfg.remove_extra_whitespaces, split_digits=cfg.split_digits,
+        max_sentence_length=cfg.max_sentence_length, pad_id=cfg.pad_id, unk_id=cfg.unk_id,
+        eos_id=cfg.eos_id, bos_id=cfg.bos_id, num_threads=cfg.num_threads,
+        shuffle_input_sentence=False, input_sentence_size=0, minloglevel=2)
+    return model.getvalue()
+
+
+def sha256_hex(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def save_model(model: bytes, tokenizer_dir: str, prefix_len: int) -> Path:
+    """`<tokenizer_dir>/<sha256 prefix>/spm.model`, written atomically; an existing copy is reused."""
+    digest = sha256_hex(model)
+    path = Path(tokenizer_dir) / digest[:prefix_len] / MODEL_FILE
+    if path.exists():
+        if sha256_hex(path.read_bytes()) != digest:
+            raise RuntimeError(f"{path} exists with other content than sha256 {digest}; remove it and rerun")
+        return path
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(f".tmp{os.getpid()}")
+    tmp.write_bytes(model)
+    os.replace(tmp, path)
+    return path
+
+
+def processor(model: bytes, digest: str | None = None) -> spm.SentencePieceProcessor:
+    """A loaded model, cached by content hash: loaded once per Python worker."""
+    digest = digest or sha256_hex(model)
+    if digest not in _loaded:
+        _loaded[digest] = spm.SentencePieceProcessor(model_proto=model)
+    return _loaded[digest]
+
+
+def model_info(model: bytes) -> dict:
+    sp = processor(model)
+    return {"vocab_size": sp.get_piece_size(), "eod_id": sp.eos_id(), "pad_id": sp.pad_id(),
+            "unk_id": sp.unk_id(), "bos_id": sp.bos_id()}

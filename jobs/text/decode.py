@@ -1,0 +1,59 @@
+"""HTML bytes -> str: BOM, then the declared charset (HTTP header), then <meta charset>, then a
+fallback decoded with errors="replace" whose replacement characters are counted."""
+from __future__ import annotations
+
+import codecs
+import re
+from dataclasses import dataclass
+from typing import Mapping
+
+# <meta charset="x"> and <meta http-equiv="Content-Type" content="text/html; charset=x">
+_META_CHARSET = re.compile(rb"<meta[^>]+charset\s*=\s*[\"']?\s*([A-Za-z0-9_.:-]+)", re.I)
+_BOMS = ((codecs.BOM_UTF8, "utf-8-sig"), (codecs.BOM_UTF16_LE, "utf-16"), (codecs.BOM_UTF16_BE, "utf-16"))
+
+
+@dataclass(frozen=True)
+class Decoded:
+    text: str
+    encoding: str          # the codec that produced `text`
+    source: str            # bom | header | meta | utf-8 | fallback
+    replacements: int      # U+FFFD characters introduced by errors="replace" (0 unless source=fallback)
+
+
+def _codec(label: str | None, aliases: Mapping[str, str]) -> str | None:
+    """A Python codec name for a charset label, or None when the label is unknown."""
+    if not label:
+        return None
+    label = label.strip().strip("\"'").lower()
+    label = aliases.get(label, label)
+    try:
+        return codecs.lookup(label).name
+    except LookupError:
+        return None
+
+
+def meta_charset(head: bytes) -> str | None:
+    match = _META_CHARSET.search(head)
+    return match.group(1).decode("ascii", "replace") if match else None
+
+
+def decode_html(data: bytes, declared: str | None = None, *, aliases: Mapping[str, str] = {},
+                fallback: str = "utf-8", sniff_bytes: int = 4096) -> Decoded:
+    """Decode with the first source that decodes cleanly; else `fallback` with replacements."""
+    for bom, name in _BOMS:
+        if data.startswith(bom):
+            return Decoded(data.decode(name, errors="replace"), name, "bom", 0)
+    candidates = [("header", _codec(declared, aliases)),
+                  ("meta", _codec(meta_charset(data[:sniff_bytes]), aliases)),
+                  ("utf-8", "utf-8")]
+    for source, codec in candidates:
+        if codec is None:
+            continue
+        try:
+            return Decoded(data.decode(codec), codec, source, 0)
+        except (UnicodeDecodeError, LookupError):
+            continue
+    codec = next((c for _, c in candidates[:2] if c), None) or _codec(fallback, aliases) or "utf-8"
+    before = data.count("\ufffd".encode("utf-8")) if codec.startswith("utf") else 0
+    text = data.decode(codec, errors="replace")
+    return Decoded(text, codec, "fallback", max(0, text.count("\ufffd") - before))

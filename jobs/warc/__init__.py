@@ -1,0 +1,1 @@
+"""Reading WARC files (SEAMS §2) into bronze rows, without Spark."""

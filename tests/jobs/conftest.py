@@ -1,0 +1,163 @@
+"""Fixtures for the Spark jobs: one local Spark session with real Delta, WARC files written with
+warcio, and one pipeline run (ingest -> extract -> tokenize -> export) that the tests inspect."""
+from __future__ import annotations
+
+import gzip
+import io
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from warcio.statusandheaders import StatusAndHeaders
+from warcio.warcwriter import WARCWriter
+
+SHARED_WARC = Path("/work/shared/data/warc")
+
+
+def shared_warc(relative: str) -> str:
+    path = SHARED_WARC / relative
+    if not path.exists():
+        pytest.skip(f"shared test data {path} is absent")
+    return str(path)
+
+
+# -- pages ---------------------------------------------------------------------------------------
+NAV = "".join(f'<li><a href="/menu/{i}">Menu entry number {i}</a></li>' for i in range(25))
+FOOTER = "Copyright 2025 Otter Press Ltd. All rights reserved. Privacy policy. Cookie settings. Imprint."
+
+
+def article(title: str, topic: str, paragraphs: int = 6) -> str:
+    body = "".join(f"<p>{topic} paragraph {i}: field notes describe how the animals live along the "
+                   f"river banks, what they eat in each season and how the young learn to swim.</p>"
+                   for i in range(paragraphs))
+    return (f"<html><head><title>{title}</title></head><body><nav><ul>{NAV}</ul></nav>"
+            f"<header><div class='promo'>Subscribe to the newsletter now! Login | Register</div></header>"
+            f"<main><article><h1>{title}</h1>{body}</article></main><footer><p>{FOOTER}</p></footer></body></html>")
+
+
+CP1252_TEXT = ("Le café “Chez Zoé” sert une crème brûlée célèbre – et l’œuvre du pâtissier "
+               "étonne chaque année les critiques gastronomiques venus de très loin. ")
+
+
+@dataclass(frozen=True)
+class Page:
+    url: str
+    status: int
+    content_type: str
+    body: bytes
+    encoding: str | None = None  # Content-Encoding
+
+
+PAGES = [
+    Page("http://otters.weblm.test/rivers", 200, "text/html; charset=utf-8",
+         article("Otters of the river", "Otter").encode("utf-8")),
+    Page("http://otters.weblm.test/sea", 200, "text/html; charset=utf-8",
+         article("Sea otters", "Sea otter").encode("utf-8"), encoding="gzip"),
+    Page("http://cafe.weblm.test/", 200, "text/html",  # undeclared in HTTP; <meta> says windows-1252
+         ('<html><head><meta charset="windows-1252"><title>Chez Zoé</title></head><body><article>'
+          + "".join(f"<p>{CP1252_TEXT}{i}</p>" for i in range(4)) + "</article></body></html>").encode("cp1252")),
+    Page("http://empty.weblm.test/", 200, "text/html; charset=utf-8", b""),
+    Page("http://otters.weblm.test/missing", 404, "text/html", b"<html><body>Not found</body></html>"),
+    Page("http://otters.weblm.test/logo.png", 200, "image/png", b"\x89PNG\r\n\x1a\nnot-really"),
+    Page("http://beavers.weblm.test/dams", 200, "text/html; charset=utf-8",
+         article("Beaver dams", "Beaver", 8).encode("utf-8")),
+]
+
+
+def write_warc(path: Path, pages: list[Page]) -> list[str]:
+    """A WARC/1.1 file as the spider writes it (SEAMS §2); returns the response record ids."""
+    ids = []
+    with open(path, "wb") as out:
+        writer = WARCWriter(out, gzip=True, warc_version="WARC/1.1")
+        writer.write_record(writer.create_warcinfo_record(path.name, {"software": "weblm tests"}))
+        for page in pages:
+            body = gzip.compress(page.body, mtime=0) if page.encoding == "gzip" else page.body
+            headers = [("Content-Type", page.content_type), ("Content-Length", str(len(body)))]
+            if page.encoding:
+                headers.append(("Content-Encoding", page.encoding))
+            reason = "OK" if page.status == 200 else "Not Found"
+            http = StatusAndHeaders(f"{page.status} {reason}", headers, protocol="HTTP/1.1")
+            response = writer.create_warc_record(page.url, "response", payload=io.BytesIO(body), http_headers=http)
+            request = writer.create_warc_record(
+                page.url, "request", payload=io.BytesIO(b""),
+                http_headers=StatusAndHeaders(f"GET {page.url} HTTP/1.1", [("Host", "x")], is_http_request=True))
+            request.rec_headers.add_header("WARC-Concurrent-To", response.rec_headers.get_header("WARC-Record-ID"))
+            writer.write_record(request)
+            writer.write_record(response)
+            ids.append(response.rec_headers.get_header("WARC-Record-ID"))
+    return ids
+
+
+@dataclass(frozen=True)
+class Crawl:
+    warc_dir: Path
+    good_file: Path
+    good_ids: list
+    cut_file: Path
+    cut_ids_kept: list     # responses of the cut file that come before the cut
+
+
+@pytest.fixture(scope="session")
+def crawl(tmp_path_factory) -> Crawl:
+    warc_dir = tmp_path_factory.mktemp("warc")
+    good = warc_dir / "weblm-20250101000000-00000-1.warc.gz"
+    good_ids = write_warc(good, PAGES)
+    # a second file cut in the middle of its last response: the spider's disk filled up
+    whole = warc_dir / "whole.tmp"
+    more = [Page(f"http://more.weblm.test/{i}", 200, "text/html; charset=utf-8",
+                 article(f"More otters {i}", f"Extra {i}").encode()) for i in range(3)]
+    cut_ids = write_warc(whole, more)
+    data = whole.read_bytes()
+    whole.unlink()
+    cut = warc_dir / "weblm-20250101000100-00001-1.warc.gz"
+    cut.write_bytes(data[: len(data) - 300])
+    # a file still being written must be ignored
+    (warc_dir / "weblm-20250101000200-00002-1.warc.gz.open").write_bytes(data[:100])
+    return Crawl(warc_dir, good, good_ids, cut, cut_ids[:2])
+
+
+# -- Spark -----------------------------------------------------------------------------------------
+@pytest.fixture(scope="session")
+def spark():
+    from conf.paths import load_paths
+    from jobs.base import build_session
+    from jobs.config import load_jobs_config
+
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    cfg = load_jobs_config(["spark.shuffle_partitions=2"])
+    session, _ = build_session(cfg, load_paths(), "local[2]", "weblm-tests-jobs")
+    session.sparkContext.setLogLevel("ERROR")
+    yield session
+    session.stop()
+
+
+@dataclass
+class Pipeline:
+    root: Path
+    lake: Path
+    tokenizer_dir: Path
+    shards_dir: Path
+    metrics: dict
+
+    def args(self, *extra: str) -> list[str]:
+        return ["--lake", str(self.lake), "-p", f"tokenizer_dir={self.tokenizer_dir}",
+                "-p", f"shards_dir={self.shards_dir}", "-o", "tokenize.vocab_size=400",
+                "-o", "export.target_tokens_per_shard=400", *extra]
+
+
+@pytest.fixture(scope="session")
+def pipeline(spark, crawl, tmp_path_factory) -> Pipeline:
+    """The four jobs once, in order, on the fixture crawl."""
+    from jobs.export import ExportJob
+    from jobs.extract import ExtractJob
+    from jobs.ingest import IngestJob
+    from jobs.tokenize import TokenizeJob
+
+    root = tmp_path_factory.mktemp("pipeline")
+    run = Pipeline(root, root / "lake", root / "tokenizer", root / "shards", {})
+    run.metrics["ingest"] = IngestJob().run(run.args("-p", f"warc_dir={crawl.warc_dir}"))
+    run.metrics["extract"] = ExtractJob().run(run.args())
+    run.metrics["tokenize"] = TokenizeJob().run(run.args())
+    run.metrics["export"] = ExportJob().run(run.args())
+    return run
