@@ -76,6 +76,17 @@ def build(cls: type[T], data: Mapping[str, Any], where: str = "") -> T:
         raise ConfigError(f"{where or cls.__name__}: {exc}") from exc
 
 
+def split_paths_overrides(overrides: Iterable[str]) -> tuple[list[str], list[str]]:
+    """Every CLI takes `-o key=value`; a `paths.` prefix sends it to `conf/paths.yaml` instead.
+
+    Returns `(part_overrides, paths_overrides)`, the latter without the prefix.
+    """
+    part, paths = [], []
+    for item in overrides:
+        (paths if item.startswith("paths.") else part).append(item.removeprefix("paths."))
+    return part, paths
+
+
 def as_dict(obj: Any) -> dict[str, Any]:
     """A plain mapping of a config dataclass, for logging (MLflow params, summaries)."""
     return dataclasses.asdict(obj)

@@ -25,7 +25,8 @@ from demo.summary import build_summary, render_summary
 
 ROOT = Path(__file__).resolve().parent.parent
 # Spark's console progress bars and JVM warnings bury the pipeline's own progress lines.
-NOISE = re.compile(r"^\s*\[Stage \d|^\S+ \S+ WARN |^WARNING: |Using Spark's default log4j|setLogLevel")
+NOISE = re.compile(r"^\s*\[Stage \d|^\d\d/\d\d/\d\d \d\d:\d\d:\d\d (INFO|WARN) |^WARNING: |"
+                   r"Using Spark's default log4j|setLogLevel|UserWarning: (Transformer Engine|Apex)|warnings.warn\(")
 
 
 class StageFailed(RuntimeError):
@@ -81,7 +82,8 @@ def run_demo(cfg: DemoConfig, paths: Paths) -> dict:
         stop(web["process"])
 
     spark_submit = [str(Path(sys.executable).with_name("spark-submit")), "--master", cfg.spark_master,
-                    "--driver-memory", cfg.spark_driver_memory, "--conf", "spark.ui.enabled=false"]
+                    "--driver-memory", cfg.spark_driver_memory, "--conf", "spark.ui.enabled=false",
+                    "--conf", "spark.log.level=WARN"]
     jars = sorted(Path(paths.spark_jars_dir).glob("*.jar")) if Path(paths.spark_jars_dir).is_dir() else []
     if jars:
         spark_submit += ["--jars", ",".join(map(str, jars))]

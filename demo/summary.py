@@ -53,6 +53,10 @@ def render_summary(summary: dict[str, Any]) -> str:
     for name in TABLES:
         t = tables[name]
         lines.append(f"{name:<18}{t['rows']:>8} rows  (Delta version {t['version']})")
+    for job, metrics in summary["jobs"].items():
+        skipped = {k: v for k, v in (metrics.get("skipped") or {}).items() if k != "other_record_type"}
+        if skipped:
+            lines.append(f"  {job} skipped {skipped}")
     lines += [f"shards    {shards['count']} shards, {shards['documents']} documents, {shards['tokens']} tokens "
               f"(vocab {shards['vocab_size']}, tokenizer {str(shards['tokenizer_sha256'])[:12]})",
               f"train     {train['steps']} steps, loss {_f(train['first_loss'])} -> {_f(train['last_loss'])}, "

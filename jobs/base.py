@@ -19,6 +19,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Sequence
 
+from conf import split_paths_overrides
 from conf.paths import Paths, load_paths
 from jobs.config import JobsConfig, load_jobs_config
 
@@ -83,9 +84,10 @@ class SparkJob:
         parser.add_argument("--master", help="Spark master for a local run (default: spark.master "
                             "from conf/jobs.yaml unless spark-submit already chose one)")
         parser.add_argument("-o", "--override", action="append", default=[], metavar="KEY=VALUE",
-                            help="override a conf/jobs.yaml setting, e.g. -o extract.min_chars=100")
+                            help="override a conf/jobs.yaml setting, e.g. -o extract.min_chars=100; "
+                                 "paths.KEY=VALUE overrides conf/paths.yaml, e.g. -o paths.warc_dir=/data/warc")
         parser.add_argument("-p", "--path", action="append", default=[], metavar="KEY=VALUE",
-                            help="override a conf/paths.yaml setting, e.g. -p warc_dir=/data/warc")
+                            help="same as -o paths.KEY=VALUE")
         self.add_arguments(parser)
         return parser.parse_args(argv)
 
@@ -93,8 +95,9 @@ class SparkJob:
         if not logging.getLogger().handlers:
             logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
         args = self.parse_args(argv)
-        self.cfg = load_jobs_config(args.override)
-        path_overrides = list(args.path) + ([f"lake={args.lake}"] if args.lake else [])
+        job_overrides, path_overrides = split_paths_overrides(args.override)
+        self.cfg = load_jobs_config(job_overrides)
+        path_overrides += list(args.path) + ([f"lake={args.lake}"] if args.lake else [])
         self.paths = load_paths(path_overrides)
         self.metrics = JobMetrics(job=self.name)
         self.metrics.started = datetime.now(timezone.utc).isoformat(timespec="seconds")

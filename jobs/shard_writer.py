@@ -10,8 +10,6 @@ import json
 import os
 from typing import Iterable, Sequence
 
-_CHUNK = 1 << 20
-
 
 def shard_name(index: int) -> str:
     return f"shard-{index:05d}"
@@ -42,11 +40,8 @@ def token_dtype(vocab_size: int):
 
 
 def file_sha256(path: str) -> str:
-    digest = hashlib.sha256()
     with open(path, "rb") as handle:
-        while chunk := handle.read(_CHUNK):
-            digest.update(chunk)
-    return digest.hexdigest()
+        return hashlib.file_digest(handle, "sha256").hexdigest()
 
 
 def write_shard(folder: str, index: int, docs: Iterable[tuple[int, str, str, Sequence[int]]],

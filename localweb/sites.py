@@ -43,13 +43,15 @@ CONTENT_HOSTS = (
              "User-agent: BadBot\nDisallow: /\n\nUser-agent: *\nDisallow: /Spezial/\n",
              disallowed_link=Link("/Spezial/Zufall", "Zufälliger Artikel")),
     HostPlan("forum", "fr", "Le Forum Weblm", "/sujet/{slug}",
-             None, robots_status=500),
+             "User-agent: *\nDisallow: /admin/\n", disallowed_link=Link("/admin/", "Modération")),
     HostPlan("shop", "es", "Tienda Weblm", "/producto/{slug}.html",
              "User-agent: *\nDisallow: /cart/\nDisallow: /checkout/\n",
              disallowed_link=Link("/checkout/", "Caja")),
 )
 MIRROR = HostPlan("mirror", "en", "Mirror Archive", "/copy/{slug}.html", None, robots_status=404)
 EVENTS = HostPlan("events", "en", "Weblm Events", "/calendar/{slug}", "User-agent: *\nDisallow:\n")
+# robots.txt answers 500: RFC 9309 §2.3.1.4 says assume complete disallow, so a polite crawl fetches nothing else here.
+STATUS = HostPlan("status", "en", "Weblm Status", "/incident/{slug}", None, robots_status=500)
 
 
 @dataclass
@@ -88,7 +90,7 @@ class GeneratedWeb:
         self.rate_limited: dict[tuple[str, str], tuple[int, Response]] = {}
         self._rate_counts: dict[tuple[str, str], int] = {}
         self._rate_lock = threading.Lock()
-        self.hosts = [self.host(p.role) for p in (*CONTENT_HOSTS, MIRROR, EVENTS)]
+        self.hosts = [self.host(p.role) for p in (*CONTENT_HOSTS, MIRROR, EVENTS, STATUS)]
         self._build()
 
     # ---- names -------------------------------------------------------------------------
@@ -138,7 +140,7 @@ class GeneratedWeb:
     def _build(self) -> None:
         cfg = self.cfg
         footer_hosts = tuple(Link(f"http://{h}/", h) for h in self.hosts)
-        for plan in (*CONTENT_HOSTS, MIRROR, EVENTS):
+        for plan in (*CONTENT_HOSTS, MIRROR, EVENTS, STATUS):
             host = self.host(plan.role)
             self.plans[host] = plan
             nav = [Link(f"http://{host}/", "Home")]
@@ -171,6 +173,7 @@ class GeneratedWeb:
         self._mirror(articles)
         self.trap = CalendarTrap(self, self.host(EVENTS.role))
         self._events_home()
+        self._status_home()
 
     def _gzipped(self, host: str, i: int) -> bool:
         return self.plans[host].role == "wiki" and self.cfg.gzip_every > 0 and i % self.cfg.gzip_every == 0
@@ -260,6 +263,17 @@ class GeneratedWeb:
             entries.append((Link(url, source.title), f"copied from {source.url}"))
         self.add(PageTruth(f"http://{host}/", host, 200, "index", MIRROR.site_name, "en"),
                  html_response(render_listing(self.chrome[host], MIRROR.site_name, entries)))
+
+    def _status_home(self) -> None:
+        host = self.host(STATUS.role)
+        gen = TextGenerator("en", self.rng(host, "home"))
+        title, text = gen.title(), gen.paragraph(3, 5)
+        incident = f"http://{host}/incident/latest"
+        self.add(PageTruth(incident, host, 200, "article", title, "en", text),
+                 html_response(render_page(self.chrome[host], title, [text])))
+        self.add(PageTruth(f"http://{host}/", host, 200, "index", STATUS.site_name, "en"),
+                 html_response(render_page(self.chrome[host], STATUS.site_name, [gen.paragraph(2, 3)],
+                                           extra_html=f'<p><a href="{incident}">Latest incident</a></p>\n')))
 
     def _events_home(self) -> None:
         host = self.host(EVENTS.role)

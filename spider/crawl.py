@@ -15,7 +15,7 @@ from pathlib import Path
 
 from scrapy.crawler import CrawlerProcess
 
-from conf import ConfigError
+from conf import ConfigError, split_paths_overrides
 from conf.paths import load_paths
 from spider.config import load_crawl_config
 from spider.crawl_stats import crawl_stats
@@ -39,15 +39,17 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--warc-dir", help="where WARC files go (default: paths.warc_dir)")
     parser.add_argument("--stats", help="crawl counters JSON (default: paths.crawl_stats)")
     parser.add_argument("-o", "--override", action="append", default=[], metavar="KEY=VALUE",
-                        help="override a conf/crawl.yaml setting, e.g. -o proxy=http://127.0.0.1:8080")
+                        help="override a conf/crawl.yaml setting, e.g. -o proxy=http://127.0.0.1:8080; "
+                             "paths.KEY=VALUE overrides conf/paths.yaml")
     return parser.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     try:
-        paths = load_paths()
-        cfg = load_crawl_config(args.override)
+        crawl_overrides, path_overrides = split_paths_overrides(args.override)
+        paths = load_paths(path_overrides)
+        cfg = load_crawl_config(crawl_overrides)
         seeds = read_seeds(Path(args.seeds) if args.seeds else _project_path(paths.seeds))
     except (ConfigError, SeedError, ValueError) as exc:
         print(f"spider.crawl: {exc}", file=sys.stderr)

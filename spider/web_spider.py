@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import logging
-from urllib.parse import urlsplit
+from urllib.parse import urldefrag, urlsplit
 
 import scrapy
 from scrapy.http import Request, TextResponse
@@ -45,8 +45,9 @@ class WebSpider(scrapy.Spider):
                            response.url, type(exc).__name__, exc)
             return
         for link in links:
-            if self._admit(link.url):
-                yield self._request(link.url)
+            url = urldefrag(link.url).url  # a fragment never reaches the server: /a#x and /a#y are one fetch
+            if self._admit(url):
+                yield self._request(url)
 
     def on_error(self, failure):
         kind = failure_kind(failure)
@@ -56,7 +57,10 @@ class WebSpider(scrapy.Spider):
             logger.debug("robots.txt disallows %s", url)
             return
         self.crawler.stats.inc_value(f"weblm/errors/{kind}")
-        if kind.startswith("http_"):
+        if kind.startswith("http_4"):
+            # Dead links are routine on the web: counted per status in the progress line and the stats.
+            logger.debug("%s answered HTTP %s (recorded in WARC, links not followed)", url, kind[5:])
+        elif kind.startswith("http_"):
             logger.info("%s answered HTTP %s (recorded in WARC, links not followed)", url, kind[5:])
         else:
             logger.warning("fetch failed for %s: %s (%s)", url, kind, failure.getErrorMessage())

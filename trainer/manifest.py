@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Any
 
 FORMAT = "megatron-indexed/1"
-_CHUNK = 1 << 20
 
 
 class ManifestError(ValueError):
@@ -53,11 +52,8 @@ def canonical_sha256(manifest: dict[str, Any]) -> str:
 
 
 def file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
     with open(path, "rb") as handle:
-        while chunk := handle.read(_CHUNK):
-            digest.update(chunk)
-    return digest.hexdigest()
+        return hashlib.file_digest(handle, "sha256").hexdigest()
 
 
 def load_manifest(path: str | Path, verify: bool = True) -> Manifest:

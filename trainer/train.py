@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from conf import ConfigError, as_dict, flatten
+from conf import ConfigError, as_dict, flatten, split_paths_overrides
 from conf.paths import Paths, load_paths
 from trainer import tracking
 from trainer.backend import open_backend
@@ -192,8 +192,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
     logging.getLogger("megatron").setLevel(logging.WARNING)   # its dataset index chatter drowns the progress line
-    path_overrides = [o[len("paths."):] for o in args.overrides if o.startswith("paths.")]
-    trainer_overrides = [o for o in args.overrides if not o.startswith("paths.")]
+    trainer_overrides, path_overrides = split_paths_overrides(args.overrides)
     try:
         cfg, paths = load_trainer_config(trainer_overrides), load_paths(path_overrides)
         train(cfg, paths, args.manifest, args.out, args.resume, args.stop_after)

@@ -3,7 +3,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from conf import ConfigError, build, flatten, load
+from conf import ConfigError, build, flatten, load, split_paths_overrides
 from conf.paths import load_paths
 
 
@@ -72,3 +72,8 @@ def test_paths_follow_the_var_root(tmp_path):
 
 def test_flatten_names_nested_settings():
     assert flatten({"a": {"b": 1, "c": {"d": 2}}, "e": 3}) == {"a.b": 1, "a.c.d": 2, "e": 3}
+
+
+def test_paths_prefix_routes_an_override_to_the_paths_section():
+    assert split_paths_overrides(["steps=3", "paths.var=/tmp/x", "model.hidden=8"]) == (
+        ["steps=3", "model.hidden=8"], ["var=/tmp/x"])

@@ -12,7 +12,8 @@ import pytest
 from warcio.statusandheaders import StatusAndHeaders
 from warcio.warcwriter import WARCWriter
 
-SHARED_WARC = Path("/work/shared/data/warc")
+# ../shared/data beside the project root (CI lays a copy there too)
+SHARED_WARC = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "warc"
 
 
 def shared_warc(relative: str) -> str:

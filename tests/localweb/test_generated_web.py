@@ -21,7 +21,7 @@ def first(web, kind: str, host_role: str | None = None):
 
 
 def test_every_generated_host_serves_its_home_page_as_a_seed(web):
-    assert len(web.hosts) == 7
+    assert len(web.hosts) == 8   # 5 content hosts, mirror, events, status
     for host in web.hosts:
         assert f"http://{host}/" in web.seeds
         status, headers, body = fetch(web, f"http://{host}/")
@@ -36,8 +36,10 @@ def test_robots_txt_per_host_with_disallows_crawl_delay_and_a_500(web, cfg):
     assert f"Crawl-delay: {cfg.crawl_delay_seconds}".encode() in body
     status, _, body = fetch(web, "http://shop.weblm.test/robots.txt")
     assert b"Disallow: /cart/" in body
-    assert fetch(web, "http://forum.weblm.test/robots.txt")[0] == 500
-    assert web.truth.hosts["forum.weblm.test"].robots_status == 500
+    assert b"Disallow: /admin/" in fetch(web, "http://forum.weblm.test/robots.txt")[2]
+    assert fetch(web, "http://status.weblm.test/robots.txt")[0] == 500
+    assert web.truth.hosts["status.weblm.test"].robots_status == 500
+    assert web.truth["http://status.weblm.test/incident/latest"].robots_allowed is None
     assert fetch(web, "http://mirror.weblm.test/robots.txt")[0] == 404
     # Disallowed paths are really linked to, so a crawler that ignores robots.txt would fetch them.
     _, _, home = fetch(web, "http://news.weblm.test/")

@@ -114,6 +114,6 @@ def test_cli_truth_dumps_json(tmp_path):
     subprocess.run([sys.executable, "-m", "localweb", "truth", "--out", str(out), *sum((["-o", o] for o in SMALL), [])],
                    cwd=ROOT, env=env, check=True, capture_output=True)
     truth = json.loads(out.read_text())
-    assert truth["hosts"]["forum.weblm.test"]["robots_status"] == 500
+    assert truth["hosts"]["status.weblm.test"]["robots_status"] == 500
     dups = [p for p in truth["pages"].values() if p["duplicate_of"]]
     assert len(dups) == 4
