@@ -39,6 +39,8 @@ class ExtractSettings:
     include_comments: bool = False
     include_tables: bool = True
     deduplicate: bool = False
+    sandbox: bool = True
+    timeout_s: float = 30.0
 
 
 @dataclass(frozen=True)

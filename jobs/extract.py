@@ -4,9 +4,10 @@
     spark-submit jobs/extract.py ...
 
 Per document: status and content type, size cap (huge pages skipped), charset decoding
-(header -> meta -> fallback with counted replacements), trafilatura main text + title, minimum
-length.  Every drop has a reason in the job's counters.  Idempotent: silver is synced to what
-this run derives from bronze (MERGE on doc_id: changed rows updated, new inserted, gone deleted).
+(header -> meta -> fallback with counted replacements), trafilatura main text + title (in a
+killable child process with a per-document timeout: `jobs.text.sandbox`), minimum length.  Every
+drop has a reason in the job's counters.  Idempotent: silver is synced to what this run derives
+from bronze (MERGE on doc_id: changed rows updated, new inserted, gone deleted).
 """
 import os
 import sys
@@ -22,7 +23,8 @@ from typing import Iterator
 
 from jobs.base import SparkJob, merge_table
 from jobs.config import ExtractSettings
-from jobs.text.main_text import Extracted, extract_document
+from jobs.text.main_text import Extracted
+from jobs.text.sandbox import DEFAULT_EXTRACTOR, ExtractionSandbox, load_extractor
 
 log = logging.getLogger("weblm.jobs.extract")
 
@@ -53,15 +55,28 @@ def output_schema():
     ])
 
 
-def extract_batches(batches: Iterator, cfg: ExtractSettings) -> Iterator:
-    """`mapInPandas` body: one output row per bronze row (a document or a skip)."""
+def extract_batches(batches: Iterator, cfg: ExtractSettings, extractor: str = DEFAULT_EXTRACTOR) -> Iterator:
+    """`mapInPandas` body: one output row per bronze row (a document or a skip).
+
+    With `extract.sandbox`, one child process per partition runs `extractor` (an import path) under
+    `extract.timeout_s`; without it, `extractor` runs in this process.
+    """
+    if not cfg.sandbox:
+        extract_in_process = load_extractor(extractor)
+        yield from _extract_batches(batches, cfg, lambda *request: extract_in_process(*request, cfg))
+        return
+    with ExtractionSandbox(cfg, extractor) as sandbox:
+        yield from _extract_batches(batches, cfg, sandbox.extract)
+
+
+def _extract_batches(batches: Iterator, cfg: ExtractSettings, extract) -> Iterator:
     import pandas as pd
 
     for batch in batches:
         out = {name: [] for name in output_schema().names}
         for row in batch.itertuples(index=False):
-            result = extract_document(row.html, None if pd.isna(row.status) else int(row.status),
-                                      row.content_type, row.charset, row.url, cfg)
+            result = extract(row.html, None if pd.isna(row.status) else int(row.status),
+                             row.content_type, row.charset, row.url)
             ok = isinstance(result, Extracted)
             out["doc_id"].append(row.doc_id)
             out["url"].append(row.url)
