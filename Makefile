@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 JARS := $(abspath $(VENV))/jars
 export SPARK_LOCAL_IP ?= 127.0.0.1
 
-.PHONY: setup demo test system-deps jars mlflow-ui clean
+.PHONY: setup demo test bench wheel system-deps jars mlflow-ui clean
 
 ## setup: the virtualenv with every part's extras, and the Delta jars (idempotent; reruns only what changed)
 setup: $(VENV)/.installed $(JARS)/.resolved
@@ -35,6 +35,14 @@ demo: setup
 ## test: the whole suite (real Spark + Delta, real MLflow, real HTTP)
 test: setup
 	$(PY) -m pytest
+
+## bench: speed targets, each a ratio against a baseline run in the same process (bench/*.py)
+bench: setup
+	@for b in bench/*.py; do echo "== $$b"; PYTHONPATH=. $(PY) $$b || exit 1; done
+
+## wheel: the project as a wheel (var/dist/) to install on a Spark cluster (Databricks library, EMR bootstrap)
+wheel: setup
+	$(PY) -m pip wheel -q --no-deps -w var/dist .
 
 ## system-deps: Debian packages the project needs (JDK for Spark, Maven for the jars); needs root
 system-deps:
