@@ -90,6 +90,9 @@ def run_demo(cfg: DemoConfig, paths: Paths) -> dict:
     for job in ("ingest", "extract", "tokenize", "export"):
         stages.append(run_stage(job, spark_submit + [str(ROOT / "jobs" / f"{job}.py")], env, logs, cfg))
     stages.append(run_stage("train", [sys.executable, "-m", "trainer.train"], env, logs, cfg))
+    checkpoint = json.loads((Path(paths.train_dir) / "result.json").read_text())["checkpoint"]
+    stages.append(run_stage("provenance", [sys.executable, "-m", "trainer.provenance", checkpoint, "--out",
+                                           str(Path(paths.train_dir) / "documents_seen.jsonl")], env, logs, cfg))
 
     summary = build_summary(paths, {s.name: round(s.seconds, 1) for s in stages}, time.time() - started)
     out = var / "demo" / "summary.json"

@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from conf.paths import Paths
 
@@ -15,6 +16,8 @@ def build_summary(paths: Paths, stage_seconds: dict[str, float], total_seconds: 
     manifest_path = Path(paths.shards_dir) / "manifest.json"
     manifest = _read_json(manifest_path)
     result = _read_json(Path(paths.train_dir) / "result.json")
+    seen_path = Path(paths.train_dir) / "documents_seen.jsonl"
+    seen = [json.loads(line) for line in seen_path.read_text().splitlines()] if seen_path.exists() else []
     return {
         "seconds": {"total": round(total_seconds, 1), **stage_seconds},
         "crawl": {k: crawl.get(k) for k in ("pages_fetched", "requests", "responses_by_status", "robots_denied",
@@ -33,6 +36,8 @@ def build_summary(paths: Paths, stage_seconds: dict[str, float], total_seconds: 
         },
         "train": {k: result.get(k) for k in ("run_id", "steps", "first_loss", "last_loss", "tokens_seen",
                                               "checkpoint", "lineage")},
+        "provenance": {"documents_seen": len(seen), "listing": str(seen_path),
+                       "hosts": sorted({urlsplit(d["url"]).hostname or "?" for d in seen})},
         "mlflow": {
             "tracking_uri": paths.mlflow_tracking_uri,
             "run_id": result.get("run_id"),
@@ -63,6 +68,8 @@ def render_summary(summary: dict[str, Any]) -> str:
               f"{train['tokens_seen']} tokens seen",
               f"          checkpoint {train['checkpoint']}",
               f"          lineage    {train['lineage']}",
+              f"          the checkpoint saw {summary['provenance']['documents_seen']} documents from "
+              f"{len(summary['provenance']['hosts'])} hosts: {summary['provenance']['listing']}",
               f"MLflow    run {summary['mlflow']['run_id']} in {summary['mlflow']['tracking_uri']}",
               f"          UI: {summary['mlflow']['ui']}",
               "time      " + ", ".join(f"{k} {v:.0f} s" for k, v in seconds.items()),

@@ -27,7 +27,7 @@ from trainer.checkpoint import (CheckpointError, RNGState, latest_checkpoint, li
 from trainer.config import TrainerConfig, load_trainer_config
 from trainer.data import Batch, build_datasets, eval_batches, micro_batches
 from trainer.lineage import LineageWriter
-from trainer.manifest import ManifestError, load_manifest
+from trainer.manifest import Manifest, ManifestError, load_manifest
 from trainer.model import build_model, count_parameters, padded_vocab_size
 from trainer.optim import build_optimizer, build_scheduler
 from trainer.progress import Meter, Progress
@@ -133,7 +133,7 @@ def train(cfg: TrainerConfig, paths: Paths, manifest_path: str | Path | None = N
                          + (f" | val {metrics['val_loss']:.4f}" if "val_loss" in metrics else ""))
             final = step + 1 == cfg.schedule.steps
             if final or (step + 1) % cfg.schedule.checkpoint_interval == 0:
-                checkpoint = save_checkpoint(files.checkpoints, step + 1, state, _meta(cfg, manifest.sha256),
+                checkpoint = save_checkpoint(files.checkpoints, step + 1, state, _meta(cfg, manifest),
                                              cfg.schedule.keep_checkpoints)
             if stop_after is not None and step + 1 >= stop_after and not final:
                 log.warning("stopping after step %d as asked (--stop-after); resume with --resume", step + 1)
@@ -154,8 +154,9 @@ def train(cfg: TrainerConfig, paths: Paths, manifest_path: str | Path | None = N
         return result
 
 
-def _meta(cfg: TrainerConfig, manifest_sha: str) -> dict[str, Any]:
-    return {"config": as_dict(cfg), "manifest_sha256": manifest_sha}
+def _meta(cfg: TrainerConfig, manifest: Manifest) -> dict[str, Any]:
+    # The manifest path lets a checkpoint name the documents it saw (trainer/provenance.py).
+    return {"config": as_dict(cfg), "manifest_sha256": manifest.sha256, "manifest_path": str(manifest.path.resolve())}
 
 
 def _resume(files: RunFiles, state: dict[str, Any], cfg: TrainerConfig, manifest_sha: str) -> None:

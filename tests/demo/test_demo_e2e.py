@@ -66,6 +66,10 @@ def test_lineage_names_crawled_documents(demo_run):
     seen = {doc_id for batch in batches for doc_id in _doc_ids(batch)}
     assert seen and seen <= set(crawled), "every document a batch drew from must trace back to a crawled URL"
     assert all(crawled[d].startswith("http://") for d in seen)
+    # the demo's provenance stage names the same documents from the checkpoint alone
+    listing = [json.loads(line) for line in Path(summary["provenance"]["listing"]).read_text().splitlines()]
+    assert {d["doc_id"] for d in listing} == seen
+    assert all(crawled[d["doc_id"]] == d["url"] for d in listing)
 
 
 def test_mlflow_run_records_the_data_it_saw(demo_run):

@@ -1,0 +1,65 @@
+"""A checkpoint names the documents it was trained on (trainer/provenance.py)."""
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from trainer.manifest import ManifestError
+from trainer.provenance import documents_seen
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def lineage_docs(out: Path, before_step: int) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for line in (out / "lineage" / "batches.jsonl").read_text().splitlines():
+        batch = json.loads(line)
+        if batch["step"] < before_step:
+            for sample in batch["samples"]:
+                for doc_id in set(sample["doc_ids"]):
+                    counts[doc_id] = counts.get(doc_id, 0) + 1
+    return counts
+
+
+def test_a_checkpoint_names_exactly_the_documents_of_its_steps(trained_run):
+    out = trained_run["out"]
+    mid, last = out / "checkpoints" / "step-00000020.pt", out / "checkpoints" / "step-00000040.pt"
+    _, seen_mid = documents_seen(mid)
+    _, seen_last = documents_seen(last)
+
+    assert {d.doc_id: d.samples for d in seen_mid} == lineage_docs(out, 20)
+    assert {d.doc_id: d.samples for d in seen_last} == lineage_docs(out, 40)
+    assert {d.doc_id for d in seen_mid} <= {d.doc_id for d in seen_last}
+    assert all(d.first_step < 20 for d in seen_mid)
+    # every doc_id resolves to the URL the export job wrote beside the shard
+    sidecars = {}
+    for docs in Path(trained_run["manifest"]).parent.glob("*.docs.jsonl"):
+        sidecars.update((r["doc_id"], r["url"]) for r in map(json.loads, docs.read_text().splitlines()))
+    assert all(d.url == sidecars[d.doc_id] and d.url for d in seen_last)
+
+
+def test_cli_writes_one_line_per_document(trained_run, tmp_path):
+    checkpoint = trained_run["out"] / "checkpoints" / "step-00000040.pt"
+    listing = tmp_path / "seen.jsonl"
+    proc = subprocess.run([sys.executable, "-m", "trainer.provenance", str(checkpoint), "--out", str(listing)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    rows = [json.loads(line) for line in listing.read_text().splitlines()]
+    assert len(rows) == len(lineage_docs(trained_run["out"], 40))
+    assert f"saw {len(rows)} documents" in proc.stdout
+
+
+def test_a_changed_manifest_is_refused(trained_run, tmp_path):
+    import shutil
+    import torch
+
+    run = tmp_path / "run"
+    shutil.copytree(trained_run["out"] / "lineage", run / "lineage")
+    payload = torch.load(trained_run["out"] / "checkpoints" / "step-00000040.pt", weights_only=False)
+    payload["meta"]["manifest_sha256"] = "0" * 64
+    (run / "checkpoints").mkdir()
+    torch.save(payload, run / "checkpoints" / "step-00000040.pt")
+    with pytest.raises(ManifestError, match="has changed since"):
+        documents_seen(run / "checkpoints" / "step-00000040.pt")
