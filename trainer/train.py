@@ -104,6 +104,7 @@ def train(cfg: TrainerConfig, paths: Paths, manifest_path: str | Path | None = N
                  f"{count_parameters(model):,}", manifest.vocab_size, vocab_size, manifest.total_tokens,
                  len(manifest.shards), cfg.schedule.steps, tokens_per_step)
 
+        checkpoint = latest_checkpoint(files.checkpoints)   # what result.json names if no step is left to run
         for step in range(progress.step, cfg.schedule.steps):
             began = time.perf_counter()
             batches, samples = micro_batches(cfg, datasets, step, backend.dp_rank, backend.dims.dp)

@@ -44,3 +44,8 @@ def test_resumed_run_matches_an_uninterrupted_one(manifest_path, tmp_path, caplo
     straight_lineage = [json.loads(x) for x in read(tmp_path / "straight" / "mlflow" / "x")]
     resumed_lineage = [json.loads(x) for x in read(tmp_path / "killed" / "mlflow" / "x")]
     assert resumed_lineage == straight_lineage   # same batches, each step recorded once
+
+    # Resuming a finished run trains nothing more and names the same final checkpoint.
+    again = train(cfg, killed_paths, manifest_path, resume=True)
+    assert again["steps"] == STEPS and again["checkpoint"] == resumed["checkpoint"]
+    assert again["last_loss"] == resumed["last_loss"]
