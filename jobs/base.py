@@ -7,6 +7,7 @@ overrides `add_arguments` and `run_job` and counts what it did in `self.metrics`
 """
 from __future__ import annotations
 
+import abc
 import argparse
 import json
 import logging
@@ -59,7 +60,7 @@ def resolve(path: str) -> str:
     return path if "://" in path or path.startswith("dbfs:") else os.path.abspath(path)
 
 
-class SparkJob:
+class SparkJob(abc.ABC):
     """Template method: `run()` -> `run_job(spark, args)`; subclasses set `name`."""
 
     name = "job"
@@ -74,8 +75,9 @@ class SparkJob:
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         """Job-specific arguments."""
 
+    @abc.abstractmethod
     def run_job(self, spark, args: argparse.Namespace) -> None:
-        raise NotImplementedError
+        """The job's own work: read, transform, write; count into `self.metrics`."""
 
     # -- the template -------------------------------------------------------------------------
     def parse_args(self, argv: Sequence[str] | None) -> argparse.Namespace:

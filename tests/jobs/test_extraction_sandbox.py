@@ -45,7 +45,7 @@ def test_a_hanging_page_times_out_and_the_next_page_extracts(caplog):
         began = time.monotonic()
         with caplog.at_level(logging.WARNING, logger="weblm.jobs.extract"):
             assert sandbox.extract(HANG, 200, "text/html", None, "http://hang.test/page") == "extract_timeout"
-        assert 1.0 <= time.monotonic() - began < 2.0
+        assert 1.0 <= time.monotonic() - began < 10.0   # the timeout fired: not the page's endless run
         assert "http://hang.test/page" in caplog.text
         after = sandbox.extract(PAGES[0].body, 200, "text/html", "utf-8", PAGES[0].url)
         assert isinstance(after, Extracted) and after.title == "Otters of the river"
@@ -53,11 +53,11 @@ def test_a_hanging_page_times_out_and_the_next_page_extracts(caplog):
 
 
 def test_a_crashing_child_is_counted_and_restarted(caplog):
-    with ExtractionSandbox(CFG, HOOK, timeout_s=10.0) as sandbox:
+    with ExtractionSandbox(CFG, HOOK, timeout_s=60.0) as sandbox:
         began = time.monotonic()
         with caplog.at_level(logging.WARNING, logger="weblm.jobs.extract"):
             assert sandbox.extract(CRASH, 200, "text/html", None, "http://crash.test/") == "extractor_crashed"
-        assert time.monotonic() - began < 5.0  # noticed at once, not after the timeout
+        assert time.monotonic() - began < 30.0  # noticed when the child died, not after the 60 s timeout
         assert "http://crash.test/" in caplog.text and "139" in caplog.text
         assert isinstance(sandbox.extract(PAGES[0].body, 200, "text/html", "utf-8", PAGES[0].url), Extracted)
         assert sandbox.starts == 2
