@@ -30,6 +30,10 @@ def scrapy_settings(cfg: CrawlConfig, warc_dir: str) -> dict[str, Any]:
         "CLOSESPIDER_ERRORCOUNT": cfg.close_after_errors,
         "LOG_LEVEL": cfg.log_level,
         "TELNETCONSOLE_ENABLED": False,  # no listening ports a crawl does not need
+        "DOWNLOAD_HANDLERS": {  # Scrapy's HTTP/1.1 handler, recording the heads' wire bytes for WARC
+            "http": "spider.wire.WireRecordingDownloadHandler",
+            "https": "spider.wire.WireRecordingDownloadHandler",
+        },
         "DOWNLOADER_MIDDLEWARES": {
             "scrapy.downloadermiddlewares.robotstxt.RobotsTxtMiddleware": None,
             "spider.middlewares.robots.StatusAwareRobotsTxtMiddleware": 100,  # same place as the stock one

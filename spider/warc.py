@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import socket
 import time
 from dataclasses import dataclass
@@ -18,7 +19,7 @@ from pathlib import Path
 from typing import BinaryIO, Iterable
 from urllib.parse import urlsplit
 
-from warcio.statusandheaders import StatusAndHeaders
+from warcio.statusandheaders import StatusAndHeaders, StatusAndHeadersParser
 from warcio.warcwriter import WARCWriter
 
 logger = logging.getLogger(__name__)
@@ -31,12 +32,44 @@ WARC_SPEC = "https://iipc.github.io/warc-specifications/specifications/warc-form
 RENAMED_HEADERS = {b"transfer-encoding": b"X-Crawler-Transfer-Encoding"}
 
 HeaderList = Iterable[tuple[bytes, bytes]]
+# Never store credentials in an archive that others will read.
+UNRECORDED_REQUEST_HEADERS = {b"proxy-authorization", b"authorization"}
+_TRANSFER_ENCODING_LINE = re.compile(rb"(?im)^(transfer-encoding)(?=[ \t]*:)")
+_CREDENTIAL_LINES = re.compile(rb"(?im)^(?:proxy-authorization|authorization)[ \t]*:.*\r?\n(?:[ \t].*\r?\n)*")
+
+
+class WireHead(StatusAndHeaders):
+    """A head parsed for readers that writes (and is digested as) the bytes it came from.
+
+    warcio writes and digests `headers_buff`; setting it to the wire bytes is its one hook for a
+    head that was not built field by field.
+    """
+
+    def __init__(self, raw: bytes, is_http_request: bool):
+        parsed = StatusAndHeadersParser([], verify=False).parse(BytesIO(raw))
+        super().__init__(parsed.statusline, parsed.headers, protocol=parsed.protocol,
+                         total_len=len(raw), is_http_request=is_http_request)
+        self.raw = raw
+
+    def compute_headers_buffer(self, header_filter=None):
+        self.headers_buff = self.raw
+
+
+def wire_response_head(raw: bytes) -> WireHead:
+    """The response head as received; only a Transfer-Encoding field is renamed (see RENAMED_HEADERS)."""
+    return WireHead(_TRANSFER_ENCODING_LINE.sub(rb"X-Crawler-\1", raw), is_http_request=False)
+
+
+def wire_request_head(raw: bytes) -> WireHead:
+    """The request head as sent, less its credential fields."""
+    return WireHead(_CREDENTIAL_LINES.sub(b"", raw), is_http_request=True)
 
 
 def response_head(protocol: str | None, status: int, headers: HeaderList) -> StatusAndHeaders:
-    """The HTTP status line and headers of a response block.
+    """The HTTP status line and headers of a response block, rebuilt from parsed headers.
 
-    Scrapy/Twisted parse the headers, so the block is re-serialised from the parsed headers:
+    Only for a response whose wire bytes were not recorded (spider/wire.py), such as one from a
+    download handler other than ours.  Scrapy/Twisted parse the headers, so the block is re-serialised:
     values and Scrapy's order are kept, but names come back in Twisted's canonical case, Twisted
     may move Content-Length, and the reason phrase (which Scrapy drops) is the standard one
     for the status code.  warcio %-encodes non-ASCII header values (RFC 8187).
@@ -88,10 +121,15 @@ class RotatingWarcWriter:
 
     def write_fetch(self, url: str, request: StatusAndHeaders, request_body: bytes,
                     response: StatusAndHeaders, response_body: bytes,
-                    ip_address: str | None = None) -> str:
-        """Write one `response` record and its `request` record; returns the response's record id."""
+                    ip_address: str | None = None, truncated: str | None = None) -> str:
+        """Write one `response` record and its `request` record; returns the response's record id.
+
+        `truncated` is the WARC-Truncated reason (WARC 1.1 §5.13) when the body is not whole.
+        """
         writer = self._current_writer()
         warc_headers = {"WARC-IP-Address": ip_address} if ip_address else {}
+        if truncated:
+            warc_headers["WARC-Truncated"] = truncated
         resp = writer.create_warc_record(url, "response", payload=BytesIO(response_body),
                                          length=len(response_body), http_headers=response,
                                          warc_headers_dict=warc_headers)

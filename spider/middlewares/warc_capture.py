@@ -1,5 +1,8 @@
 """Write every fetch to WARC exactly as it came off the wire (SEAMS §2).
 
+The request and response heads are the bytes the download handler recorded (spider/wire.py); the
+body is Scrapy's, before any middleware decodes it.
+
 Sits at 950, next to the downloader: its process_response runs before HttpCompressionMiddleware
 (590) decodes the body and before RedirectMiddleware (600) turns a 3xx into a new request, so the
 stored payload is the encoded body and redirects are recorded too; its process_request sees the
@@ -16,12 +19,11 @@ from scrapy import signals
 from scrapy.utils.defer import deferred_from_coro
 from scrapy.utils.httpobj import urlparse_cached
 
-from spider.warc import RotatingWarcWriter, request_head, response_head
+from spider.warc import (UNRECORDED_REQUEST_HEADERS, RotatingWarcWriter, request_head, response_head,
+                         wire_request_head, wire_response_head)
+from spider.wire import WIRE_META_KEY
 
 logger = logging.getLogger(__name__)
-
-# Never store credentials in an archive that others will read.
-UNRECORDED_REQUEST_HEADERS = {b"proxy-authorization", b"authorization"}
 
 
 def _pairs(headers, skip=frozenset()):
@@ -55,15 +57,24 @@ class WarcCaptureMiddleware:
 
     def process_response(self, request, response):
         host = urlparse_cached(request).hostname or ""
+        # popped, so that a redirect's new request (a copy of this one's meta) never inherits it
+        wire = request.meta.pop(WIRE_META_KEY, None)
+        if wire and wire.request:
+            req_head = wire_request_head(wire.request)
+        else:
+            req_head = request_head(request.method, request.url, _pairs(request.headers, UNRECORDED_REQUEST_HEADERS))
+            self.stats.inc_value("weblm/warc/request_head_rebuilt")
+        if wire and wire.response:
+            resp_head = wire_response_head(wire.response)
+        else:
+            resp_head = response_head(getattr(response, "protocol", None), response.status, _pairs(response.headers))
+            self.stats.inc_value("weblm/warc/response_head_rebuilt")
         try:
             self.writer.write_fetch(
-                response.url,
-                request_head(request.method, request.url, _pairs(request.headers, UNRECORDED_REQUEST_HEADERS)),
-                request.body,
-                response_head(getattr(response, "protocol", None), response.status, _pairs(response.headers)),
-                response.body,
+                response.url, req_head, request.body, resp_head, response.body,
                 # the address contacted (WARC 1.1 §5.12): the proxy's when the crawl goes through one
                 ip_address=str(response.ip_address) if response.ip_address else None,
+                truncated="disconnect" if "dataloss" in response.flags else None,
             )
         except OSError as exc:
             # A full disk must stop the crawl, not drop pages silently: fetching on is pointless.
