@@ -3,14 +3,17 @@
 Stock Scrapy parses whatever body comes back, so a 500 error page or a 429 lets the whole host
 be crawled (fails open).  RFC 9309: 4xx means no rules (allow all); 5xx and, by common practice
 (StormCrawler, Nutch), 429 mean "assume complete disallow".  Scrapy still fetches, caches and
-applies the rules (Protego); only the status handling differs.  Network errors on robots.txt
-stay fail-open here (a known gap, see the crawl stats `robotstxt/exception_count/...`).
+applies the rules (Protego); only the status handling differs.  A robots.txt that cannot be
+fetched at all (connection refused or reset, timeout, after Scrapy's retries) is "unreachable" too,
+so the host is disallowed rather than crawled without rules (stock Scrapy fails open there).
 """
 from __future__ import annotations
 
 import logging
 
 from scrapy.downloadermiddlewares.robotstxt import RobotsTxtMiddleware
+from scrapy.exceptions import IgnoreRequest
+from scrapy.utils.misc import build_from_crawler
 
 logger = logging.getLogger(__name__)
 
@@ -28,3 +31,15 @@ class StatusAwareRobotsTxtMiddleware(RobotsTxtMiddleware):
         elif 400 <= status < 500:
             response = response.replace(body=b"")  # RFC 9309 §2.3.1.3: "unavailable", crawl without rules
         await super()._parse_robots(response, netloc, request)
+
+    def _robots_error(self, exc, netloc):
+        if isinstance(exc, IgnoreRequest):  # our own middlewares dropped the request: nothing was asked
+            super()._robots_error(exc, netloc)
+            return
+        logger.warning("robots.txt for %s could not be fetched (%s: %s): host treated as fully disallowed "
+                       "for this crawl (RFC 9309 §2.3.1.4)", netloc, type(exc).__name__, exc)
+        self._stats.inc_value(f"robotstxt/exception_count/{type(exc)}")
+        self._stats.inc_value("weblm/robots/unreachable_disallow_all")
+        rp_dfd = self._parsers[netloc]
+        self._parsers[netloc] = parser = build_from_crawler(self._parserimpl, self.crawler, DISALLOW_ALL)
+        rp_dfd.callback(parser)

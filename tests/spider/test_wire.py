@@ -1,20 +1,19 @@
 """WARC records hold HTTP heads byte for byte as they crossed the wire (spider/wire.py).
 
-A raw socket server answers with heads that a parse-and-reserialise round trip would change
+A raw socket server (rawhttp.py) answers with heads that a parse-and-reserialise round trip would change
 (name case, odd spacing, a custom reason phrase, repeated fields, bare-LF line ends, an interim
 100 Continue, chunked framing) and keeps every request head it received; the crawl goes through
 it as an authenticating forward proxy, so the request record must also drop the credentials.
 """
 from __future__ import annotations
 
-import socket
-import threading
 from urllib.parse import urlsplit
 
 import pytest
 from warcio.archiveiterator import ArchiveIterator
 
 from crawl_helpers import read_warc, run_crawl
+from rawhttp import RawHttpServer
 
 HOST = "wire.weblm.test"
 
@@ -53,51 +52,9 @@ def _answer(path: str) -> tuple[bytes, bytes]:
     return b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n", b""
 
 
-class RawHttpServer:
-    """A forward proxy that serves canned bytes; keeps each request head it read, by path."""
-
-    def __init__(self):
-        self.sock = socket.create_server(("127.0.0.1", 0))
-        self.port = self.sock.getsockname()[1]
-        self.received: dict[str, bytes] = {}
-        self.sent_heads: dict[str, bytes] = {}
-        threading.Thread(target=self._serve, daemon=True).start()
-
-    def _serve(self):
-        while True:
-            try:
-                conn, _ = self.sock.accept()
-            except OSError:
-                return
-            threading.Thread(target=self._connection, args=(conn,), daemon=True).start()
-
-    def _connection(self, conn):
-        buffer = b""
-        with conn:
-            while True:
-                while b"\r\n\r\n" not in buffer:
-                    data = conn.recv(65536)
-                    if not data:
-                        return
-                    buffer += data
-                head, buffer = buffer.split(b"\r\n\r\n", 1)
-                head += b"\r\n\r\n"
-                target = head.split(b" ", 2)[1].decode()
-                path = urlsplit(target).path or "/"
-                if urlsplit(target).query:
-                    path += "?" + urlsplit(target).query
-                self.received[path] = head
-                sent, rest = _answer(urlsplit(target).path)
-                self.sent_heads[path] = sent
-                conn.sendall(sent + rest)
-
-    def close(self):
-        self.sock.close()
-
-
 @pytest.fixture
 def server():
-    srv = RawHttpServer()
+    srv = RawHttpServer(_answer)
     yield srv
     srv.close()
 
@@ -128,7 +85,7 @@ def _stored_head(path) -> dict[str, bytes]:
 
 def test_heads_are_stored_as_they_crossed_the_wire(tmp_path, server):
     run = run_crawl([f"http://{HOST}/"], tmp_path,
-                    [f"proxy=http://crawler:s3cret@127.0.0.1:{server.port}", "retry_enabled=false"])
+                    ["proxy=" + server.proxy_url("crawler:s3cret"), "retry_enabled=false"])
     assert run.returncode == 0, run.log[-3000:]
     blocks: dict[str, bytes] = {}
     for path in run.warc_files:
@@ -159,7 +116,7 @@ def test_heads_are_stored_as_they_crossed_the_wire(tmp_path, server):
 
 
 def test_records_with_wire_heads_keep_valid_digests_and_parse(tmp_path, server):
-    run = run_crawl([f"http://{HOST}/"], tmp_path, [f"proxy=http://127.0.0.1:{server.port}"])
+    run = run_crawl([f"http://{HOST}/"], tmp_path, ["proxy=" + server.proxy_url()])
     assert run.returncode == 0, run.log[-3000:]
     records = _records(run)
     odd = records["response"]["/odd"]
