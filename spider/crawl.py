@@ -1,5 +1,7 @@
 """`python -m spider.crawl --seeds FILE [--warc-dir DIR] [--stats FILE] [-o key=value ...]`
 
+(`scrapy crawl weblm -a seeds=FILE` from the project root runs the same crawl: scrapy.cfg.)
+
 Crawls from the seeds into WARC/1.1 files and writes the crawl counters as JSON.  Defaults come
 from conf/paths.yaml (paths.seeds, paths.warc_dir, paths.crawl_stats); crawl settings from
 conf/crawl.yaml, each overridable with `-o key=value` (e.g. `-o download_delay_s=0.1`).
@@ -8,7 +10,6 @@ The first SIGINT/SIGTERM stops gracefully (WARC files closed and renamed), a sec
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import sys
 from pathlib import Path
@@ -20,17 +21,10 @@ from conf.paths import load_paths
 from spider.config import load_crawl_config
 from spider.crawl_stats import crawl_stats
 from spider.seeds import SeedError, read_seeds
-from spider.settings import scrapy_settings
+from spider.settings import project_path, scrapy_settings
 from spider.web_spider import WebSpider
 
-PROJECT_ROOT = Path(__file__).resolve().parent.parent
 logger = logging.getLogger("spider.crawl")
-
-
-def _project_path(value: str) -> Path:
-    """paths.yaml entries are relative to the project root, not to the current directory."""
-    path = Path(value)
-    return path if path.is_absolute() else PROJECT_ROOT / path
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -50,21 +44,19 @@ def main(argv: list[str] | None = None) -> int:
         crawl_overrides, path_overrides = split_paths_overrides(args.override)
         paths = load_paths(path_overrides)
         cfg = load_crawl_config(crawl_overrides)
-        seeds = read_seeds(Path(args.seeds) if args.seeds else _project_path(paths.seeds))
+        seeds = read_seeds(Path(args.seeds) if args.seeds else project_path(paths.seeds))
     except (ConfigError, SeedError, ValueError) as exc:
         print(f"spider.crawl: {exc}", file=sys.stderr)
         return 2
-    warc_dir = Path(args.warc_dir) if args.warc_dir else _project_path(paths.warc_dir)
-    stats_path = Path(args.stats) if args.stats else _project_path(paths.crawl_stats)
+    warc_dir = Path(args.warc_dir) if args.warc_dir else project_path(paths.warc_dir)
+    stats_path = Path(args.stats) if args.stats else project_path(paths.crawl_stats)
 
-    process = CrawlerProcess(scrapy_settings(cfg, str(warc_dir)))
+    process = CrawlerProcess(scrapy_settings(cfg, str(warc_dir), stats_file=str(stats_path)))
     crawler = process.create_crawler(WebSpider)
     process.crawl(crawler, seeds=seeds, config=cfg)
     process.start()  # returns after the spider closes: normally, by a limit, or on a signal
 
-    result = crawl_stats(crawler.stats.get_stats(), seeds=len(seeds))
-    stats_path.parent.mkdir(parents=True, exist_ok=True)
-    stats_path.write_text(json.dumps(result, indent=2, sort_keys=False, default=str) + "\n")
+    result = crawl_stats(crawler.stats.get_stats(), seeds=len(seeds))  # CrawlStatsExport wrote it to stats_path
     elapsed = result["elapsed_s"] or 0.0
     print(f"crawl finished ({result['finish_reason']}): {result['pages_fetched']} pages from "
           f"{len(result['hosts'])} hosts in {elapsed:.1f} s ({result['pages_fetched'] / max(elapsed, 1e-9):.1f} "

@@ -16,7 +16,7 @@ def read_seeds(path: str | Path) -> list[str]:
     """Valid http(s) URLs of the file, in order; each bad line is logged with its number and skipped."""
     path = Path(path)
     if not path.is_file():
-        raise SeedError(f"seed file {path} does not exist; pass --seeds FILE or set paths.seeds")
+        raise SeedError(f"seed file {path} does not exist; pass --seeds FILE (scrapy crawl: -a seeds=FILE) or set paths.seeds")
     seeds, bad = [], 0
     for number, line in enumerate(path.read_text(encoding="utf-8", errors="replace").splitlines(), 1):
         url = line.strip()

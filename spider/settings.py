@@ -1,14 +1,25 @@
 """Scrapy settings built from the typed crawl configuration; the only place they are set."""
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from spider.config import CrawlConfig
 
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
 
-def scrapy_settings(cfg: CrawlConfig, warc_dir: str) -> dict[str, Any]:
+
+def project_path(value: str) -> Path:
+    """paths.yaml entries are relative to the project root, not to the current directory."""
+    path = Path(value)
+    return path if path.is_absolute() else PROJECT_ROOT / path
+
+
+def scrapy_settings(cfg: CrawlConfig, warc_dir: str, stats_file: str = "",
+                    seeds_file: str = "") -> dict[str, Any]:
     return {
         "BOT_NAME": "weblm",
+        "SPIDER_MODULES": ["spider.web_spider"],  # `scrapy crawl weblm` finds WebSpider here (scrapy.cfg)
         "TWISTED_REACTOR": "twisted.internet.asyncioreactor.AsyncioSelectorReactor",
         "SCHEDULER": cfg.scheduler,
         "USER_AGENT": cfg.user_agent,
@@ -43,7 +54,10 @@ def scrapy_settings(cfg: CrawlConfig, warc_dir: str) -> dict[str, Any]:
         "EXTENSIONS": {
             "scrapy.extensions.logstats.LogStats": None,  # replaced by ProgressLog
             "spider.progress.ProgressLog": 500,
+            "spider.crawl_stats.CrawlStatsExport": 510,
         },
         "WEBLM_CRAWL_CONFIG": cfg,
         "WEBLM_WARC_DIR": warc_dir,
+        "WEBLM_STATS_FILE": stats_file,  # crawl counters JSON (SEAMS §2); "" = none
+        "WEBLM_SEEDS_FILE": seeds_file,  # the seeds when the spider is given none (`scrapy crawl weblm`)
     }

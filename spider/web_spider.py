@@ -10,6 +10,7 @@ from scrapy.linkextractors import LinkExtractor
 
 from spider.config import CrawlConfig
 from spider.errors import failure_kind
+from spider.seeds import read_seeds
 from spider.urlfilter import UrlFilter
 
 logger = logging.getLogger(__name__)
@@ -17,6 +18,15 @@ logger = logging.getLogger(__name__)
 
 class WebSpider(scrapy.Spider):
     name = "weblm"
+
+    @classmethod
+    def from_crawler(cls, crawler, seeds: list[str] | str | None = None, config: CrawlConfig | None = None,
+                     **kwargs):
+        """`scrapy crawl weblm [-a seeds=FILE]` passes a file name or nothing, and no config."""
+        if seeds is None or isinstance(seeds, str):
+            seeds = read_seeds(seeds or crawler.settings["WEBLM_SEEDS_FILE"])
+        config = config or crawler.settings["WEBLM_CRAWL_CONFIG"]
+        return super().from_crawler(crawler, seeds=seeds, config=config, **kwargs)
 
     def __init__(self, seeds: list[str], config: CrawlConfig, **kwargs):
         super().__init__(**kwargs)

@@ -5,10 +5,8 @@ would answer.  Stock Scrapy would crawl them without rules (fail open).
 """
 from __future__ import annotations
 
-import pytest
 
 from crawl_helpers import run_crawl
-from rawhttp import RawHttpServer
 
 PAGE = b"<html><body><a href='/a'>a</a><a href='/b'>b</a></body></html>"
 
@@ -19,14 +17,9 @@ def _answer(path: str):
     return b"HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nContent-Length: %d\r\n\r\n" % len(PAGE), PAGE
 
 
-@pytest.fixture
-def server():
-    srv = RawHttpServer(_answer)
-    yield srv
-    srv.close()
 
-
-def test_unreachable_robots_txt_disallows_the_host_and_is_counted(tmp_path, server):
+def test_unreachable_robots_txt_disallows_the_host_and_is_counted(tmp_path, raw_server):
+    server = raw_server(_answer)
     run = run_crawl(["http://down.weblm.test/", "http://down.weblm.test/a"], tmp_path,
                     ["proxy=" + server.proxy_url(), "retry_times=1"])
     assert run.returncode == 0, run.log[-3000:]

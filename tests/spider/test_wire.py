@@ -9,11 +9,9 @@ from __future__ import annotations
 
 from urllib.parse import urlsplit
 
-import pytest
 from warcio.archiveiterator import ArchiveIterator
 
 from crawl_helpers import read_warc, run_crawl
-from rawhttp import RawHttpServer
 
 HOST = "wire.weblm.test"
 
@@ -52,12 +50,6 @@ def _answer(path: str) -> tuple[bytes, bytes]:
     return b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n", b""
 
 
-@pytest.fixture
-def server():
-    srv = RawHttpServer(_answer)
-    yield srv
-    srv.close()
-
 
 def _records(run):
     by_type: dict[str, dict[str, dict]] = {"request": {}, "response": {}}
@@ -83,7 +75,8 @@ def _stored_head(path) -> dict[str, bytes]:
     return heads
 
 
-def test_heads_are_stored_as_they_crossed_the_wire(tmp_path, server):
+def test_heads_are_stored_as_they_crossed_the_wire(tmp_path, raw_server):
+    server = raw_server(_answer)
     run = run_crawl([f"http://{HOST}/"], tmp_path,
                     ["proxy=" + server.proxy_url("crawler:s3cret"), "retry_enabled=false"])
     assert run.returncode == 0, run.log[-3000:]
@@ -115,7 +108,8 @@ def test_heads_are_stored_as_they_crossed_the_wire(tmp_path, server):
     assert "weblm/warc/request_head_rebuilt" not in scrapy_stats
 
 
-def test_records_with_wire_heads_keep_valid_digests_and_parse(tmp_path, server):
+def test_records_with_wire_heads_keep_valid_digests_and_parse(tmp_path, raw_server):
+    server = raw_server(_answer)
     run = run_crawl([f"http://{HOST}/"], tmp_path, ["proxy=" + server.proxy_url()])
     assert run.returncode == 0, run.log[-3000:]
     records = _records(run)
