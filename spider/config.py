@@ -24,6 +24,7 @@ class CrawlConfig:
     obey_robots: bool = True
     robots_parser: str = "scrapy.robotstxt.ProtegoRobotParser"
     download_delay_s: float = 1.0
+    max_crawl_delay_s: float = 30.0
     randomize_delay: bool = True
     concurrent_requests: int = 16
     concurrent_requests_per_host: int = 1

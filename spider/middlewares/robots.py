@@ -6,6 +6,9 @@ be crawled (fails open).  RFC 9309: 4xx means no rules (allow all); 5xx and, by 
 applies the rules (Protego); only the status handling differs.  A robots.txt that cannot be
 fetched at all (connection refused or reset, timeout, after Scrapy's retries) is "unreachable" too,
 so the host is disallowed rather than crawled without rules (stock Scrapy fails open there).
+
+A `Crawl-delay` longer than the configured download delay becomes the host's download slot
+delay, without jitter, capped at `crawl.max_crawl_delay_s` (stock Scrapy ignores Crawl-delay).
 """
 from __future__ import annotations
 
@@ -13,6 +16,7 @@ import logging
 
 from scrapy.downloadermiddlewares.robotstxt import RobotsTxtMiddleware
 from scrapy.exceptions import IgnoreRequest
+from scrapy.utils.httpobj import urlparse_cached
 from scrapy.utils.misc import build_from_crawler
 
 logger = logging.getLogger(__name__)
@@ -31,6 +35,26 @@ class StatusAwareRobotsTxtMiddleware(RobotsTxtMiddleware):
         elif 400 <= status < 500:
             response = response.replace(body=b"")  # RFC 9309 §2.3.1.3: "unavailable", crawl without rules
         await super()._parse_robots(response, netloc, request)
+        self._obey_crawl_delay(self._parsers[netloc], urlparse_cached(request).hostname or "")
+
+    def _obey_crawl_delay(self, parser, host: str) -> None:
+        useragent = self._robotstxt_useragent or self._default_useragent
+        asked = parser.crawl_delay(useragent) if parser is not None else None
+        configured = self.crawler.settings.getfloat("DOWNLOAD_DELAY")
+        if not asked or asked <= configured:
+            return
+        cap = self.crawler.settings["WEBLM_CRAWL_CONFIG"].max_crawl_delay_s
+        delay = min(asked, cap)
+        if asked > cap:
+            logger.warning("robots.txt for %s asks for Crawl-delay %.1f s; capped at crawl.max_crawl_delay_s=%.1f s",
+                           host, asked, cap)
+        # DOWNLOAD_SLOTS entries are read whenever the slot is (re)created; an existing slot is updated in place.
+        downloader = self.crawler.engine.downloader
+        downloader.per_slot_settings[host] = {**downloader.per_slot_settings.get(host, {}), "delay": delay, "jitter": 0}
+        if host in downloader.slots:
+            downloader.slots[host].delay, downloader.slots[host].jitter = delay, 0.0
+        self._stats.inc_value("weblm/robots/crawl_delay_hosts")
+        logger.info("%s: Crawl-delay %.2f s from robots.txt replaces the download delay of %.2f s", host, delay, configured)
 
     def _robots_error(self, exc, netloc):
         if isinstance(exc, IgnoreRequest):  # our own middlewares dropped the request: nothing was asked

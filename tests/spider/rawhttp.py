@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import socket
 import threading
+import time
 from typing import Callable, Optional
 from urllib.parse import urlsplit
 
@@ -21,6 +22,7 @@ class RawHttpServer:
         self.port = self.sock.getsockname()[1]
         self.received: dict[str, bytes] = {}
         self.sent_heads: dict[str, bytes] = {}
+        self.arrivals: list[tuple[float, str, str]] = []  # (monotonic time, host, path) of every request
         threading.Thread(target=self._serve, daemon=True).start()
 
     def proxy_url(self, credentials: str = "") -> str:
@@ -48,6 +50,7 @@ class RawHttpServer:
                 target = urlsplit(head.split(b" ", 2)[1].decode())
                 key = (target.path or "/") + (f"?{target.query}" if target.query else "")
                 self.received[key] = head
+                self.arrivals.append((time.monotonic(), target.hostname or "", key))
                 reply = self.answer(target.path or "/")
                 if reply is None:
                     return  # closes the connection unanswered
