@@ -38,6 +38,7 @@ class CrawlConfig:
     retry_enabled: bool = True
     retry_times: int = 2
     retry_http_codes: list[int] = field(default_factory=list)
+    max_retry_after_s: float = 120.0
     close_after_pages: int = 0
     close_after_seconds: int = 0
     close_after_errors: int = 0

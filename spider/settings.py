@@ -48,6 +48,8 @@ def scrapy_settings(cfg: CrawlConfig, warc_dir: str, stats_file: str = "",
         "DOWNLOADER_MIDDLEWARES": {
             "scrapy.downloadermiddlewares.robotstxt.RobotsTxtMiddleware": None,
             "spider.middlewares.robots.StatusAwareRobotsTxtMiddleware": 100,  # same place as the stock one
+            "scrapy.downloadermiddlewares.retry.RetryMiddleware": None,
+            "spider.middlewares.retry.PoliteRetryMiddleware": 550,  # same place; honours Retry-After
             "spider.middlewares.proxy.ProxyMiddleware": 740,  # before HttpProxyMiddleware (750)
             "spider.middlewares.warc_capture.WarcCaptureMiddleware": 950,  # next to the downloader
         },
