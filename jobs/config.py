@@ -41,6 +41,7 @@ class ExtractSettings:
     deduplicate: bool = False
     sandbox: bool = True
     timeout_s: float = 30.0
+    start_timeout_s: float = 120.0
 
 
 @dataclass(frozen=True)

@@ -29,9 +29,6 @@ from jobs.config import ExtractSettings
 log = logging.getLogger("weblm.jobs.extract")
 
 DEFAULT_EXTRACTOR = "jobs.text.main_text:extract_document"
-# Start-up is an interpreter plus the trafilatura/lxml imports (~1 s); a loaded executor can be far
-# slower, and a child that never comes up is an environment problem, not a bad document.
-_START_TIMEOUT_S = 120.0
 _CLOSE_GRACE_S = 5.0  # how long a closing child may take to leave its loop before it is killed
 _ORPHAN_CHECK_S = 1.0  # how often the child checks that its parent is still alive (one cheap syscall)
 
@@ -93,16 +90,16 @@ class ExtractionSandbox:
         child.close()  # only the child holds its end: its death then shows as EOF here
         self._process, self._conn = process, parent
         try:
-            ready = parent.poll(_START_TIMEOUT_S) and parent.recv() == "ready"
+            ready = parent.poll(self.cfg.start_timeout_s) and parent.recv() == "ready"
         except EOFError:
             ready = False
         if not ready:
             self._kill()
             raise RuntimeError(
-                f"extraction sandbox child did not start within {_START_TIMEOUT_S:.0f} s (extractor "
+                f"extraction sandbox child did not start within {self.cfg.start_timeout_s:.0f} s (extractor "
                 f"{self.extractor!r}, exit code {process.exitcode}); its stderr above says why. Check that "
                 f"this Python can import the extractor and that a script using the sandbox keeps its work "
-                f"under `if __name__ == '__main__':` (spawn re-imports it), or set extract.sandbox=false")
+                f"under `if __name__ == '__main__':` (spawn re-imports it), or raise extract.start_timeout_s or set extract.sandbox=false")
         self.starts += 1
         log.debug("extraction sandbox child %d up in %.2f s", process.pid, time.monotonic() - began)
 

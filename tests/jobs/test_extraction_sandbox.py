@@ -7,6 +7,7 @@ import time
 from pathlib import Path
 
 import pandas as pd
+import pytest
 
 from conftest import PAGES
 from extraction_hooks import CRASH, HANG
@@ -137,3 +138,12 @@ def running(pid: int) -> bool:
         return stat.read_text().rsplit(") ", 1)[1].split()[0] != "Z"  # a zombie has exited
     except (FileNotFoundError, ProcessLookupError):
         return False
+
+
+def test_a_child_that_never_starts_fails_with_the_setting_to_change():
+    cfg = dataclasses.replace(CFG, start_timeout_s=1.0)
+    began = time.monotonic()
+    with ExtractionSandbox(cfg, "slow_start_hook:extract") as sandbox:
+        with pytest.raises(RuntimeError, match=r"did not start within 1 s .*extract.start_timeout_s"):
+            sandbox.extract(PAGES[0].body, 200, "text/html", "utf-8", PAGES[0].url)
+    assert time.monotonic() - began < 15.0  # gave up at the start timeout, not after the child's 30 s import
