@@ -1,13 +1,18 @@
 """Shards → megatron GPTDatasets → the global batch of each step, and which documents fed it.
 
-Batch order (OLMo-core): the global batch of step s is samples [s·G, (s+1)·G) of the blended
-training dataset, whose order megatron derives from `seed` alone.  So a batch is a pure
-function of (seed, step): a resumed run draws exactly the batches the killed one would have,
-and a data-parallel rank takes `batch[dp_rank::dp]`, so the global batch does not depend on dp.
+Batch order (OLMo-core): megatron builds one epoch of the training split, every shard's samples
+blended in proportion to its size, in an order it derives from `seed`.  The global batch of step s
+is the run's samples [s·G, (s+1)·G); sample i is epoch i // N, and epoch e visits the N samples of
+that one-epoch dataset in the permutation `epoch_order(seed, e, N)`.  So a batch is a pure function
+of (seed, step) and the data: not of the run's length (a 100-step run's batches are the first 100
+of a 1000-step run's), nor of dp: a data-parallel rank takes `batch[dp_rank::dp]`.  A resumed run
+draws exactly the batches the killed one would have.
 """
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +25,8 @@ from megatron.core.datasets.megatron_tokenizer import MegatronLegacyTokenizer
 
 from trainer.config import TrainerConfig
 from trainer.manifest import Manifest, ManifestError, read_doc_ids
+
+log = logging.getLogger(__name__)
 
 
 class ManifestTokenizer(MegatronLegacyTokenizer):
@@ -82,19 +89,37 @@ class Batch:
 
 @dataclass
 class Datasets:
-    train: BlendedDataset
-    valid: BlendedDataset | None
+    train: BlendedDataset | GPTDataset   # one epoch of the training split (a GPTDataset when there is one shard)
+    valid: BlendedDataset | GPTDataset | None
     doc_ids: list[list[str]]       # per shard (= blended dataset id): doc_id of each sequence
     shard_names: list[str]
+    seed: int
+
+    def locate(self, epoch_sample: int) -> tuple[int, int]:
+        """(shard id, that shard's sample number) of one sample of the one-epoch training dataset."""
+        if isinstance(self.train, BlendedDataset):
+            return int(self.train.dataset_index[epoch_sample]), int(self.train.dataset_sample_index[epoch_sample])
+        return 0, epoch_sample
+
+    def draw(self, index: int) -> tuple[int, int]:
+        """(epoch, one-epoch sample) that run sample `index` is."""
+        epoch, position = divmod(index, len(self.train))
+        return epoch, int(epoch_order(self.seed, epoch, len(self.train))[position])
+
+
+@lru_cache(maxsize=2)  # the current epoch's order (and the next one's, at an epoch boundary)
+def epoch_order(seed: int, epoch: int, n: int) -> np.ndarray:
+    """The order in which epoch `epoch` visits the n samples; RandomState's stream is frozen across numpy releases."""
+    return np.random.RandomState((seed, epoch)).permutation(n)
 
 
 def dataset_config(cfg: TrainerConfig, manifest: Manifest, cache_dir: Path) -> GPTDatasetConfig:
     prefixes = [s.prefix for s in manifest.shards]
-    weights = [float(s.tokens) for s in manifest.shards]
     return GPTDatasetConfig(
         random_seed=cfg.seed,
         sequence_length=cfg.model.seq_length,
-        blend=(prefixes, weights),
+        # No weights and no sizes: megatron blends one exhaustive epoch, each shard by its number of samples.
+        blend=(prefixes, None),
         split=cfg.data.split,
         path_to_cache=str(cache_dir),
         tokenizer=ManifestTokenizer(manifest),
@@ -106,20 +131,22 @@ def dataset_config(cfg: TrainerConfig, manifest: Manifest, cache_dir: Path) -> G
 
 
 def build_datasets(cfg: TrainerConfig, manifest: Manifest, cache_dir: Path) -> Datasets:
-    """One LineageGPTDataset per shard, blended by token count (megatron's builder), train and valid."""
-    G = cfg.batch.global_batch_size
-    eval_samples = cfg.schedule.eval_batches * G if cfg.schedule.eval_interval > 0 else 0
-    _check_valid_split(cfg, manifest, eval_samples)
+    """One LineageGPTDataset per shard, one epoch of each split blended by megatron's builder."""
+    evaluate = cfg.schedule.eval_interval > 0
+    _check_valid_split(cfg, manifest, evaluate)
     gpt_config = dataset_config(cfg, manifest, cache_dir)
     train, valid, _ = BlendedMegatronDatasetBuilder(
-        LineageGPTDataset, [cfg.schedule.steps * G, eval_samples, 0], lambda: True, gpt_config).build()
-    return Datasets(train=train, valid=valid if eval_samples else None,
+        LineageGPTDataset, [None, None, None], lambda: True, gpt_config).build()
+    if train is None or len(train) == 0:
+        raise ManifestError(f"the shards hold no training sample of {cfg.model.seq_length} tokens "
+                            f"({manifest.total_tokens} tokens in all); export more documents or lower model.seq_length")
+    return Datasets(train=train, valid=valid if evaluate else None,
                     doc_ids=[read_doc_ids(s) for s in manifest.shards],
-                    shard_names=[s.name for s in manifest.shards])
+                    shard_names=[s.name for s in manifest.shards], seed=cfg.seed)
 
 
-def _check_valid_split(cfg: TrainerConfig, manifest: Manifest, eval_samples: int) -> None:
-    if not eval_samples:
+def _check_valid_split(cfg: TrainerConfig, manifest: Manifest, evaluate: bool) -> None:
+    if not evaluate:
         return
     shares = [float(x) for x in cfg.data.split.split(",")]
     lo, hi = shares[0] / sum(shares), (shares[0] + shares[1]) / sum(shares)
@@ -132,7 +159,7 @@ def _check_valid_split(cfg: TrainerConfig, manifest: Manifest, eval_samples: int
 
 
 def global_batch_indices(step: int, global_batch_size: int) -> list[int]:
-    """Blended-dataset sample indices of step `step`'s global batch (0-based step)."""
+    """Run sample indices of step `step`'s global batch (0-based step); `Datasets.draw` maps them to samples."""
     return list(range(step * global_batch_size, (step + 1) * global_batch_size))
 
 
@@ -150,29 +177,37 @@ def collate(samples: list[dict[str, Any]]) -> Batch:
 
 
 def lineage_record(datasets: Datasets, index: int, sample: dict[str, Any]) -> dict[str, Any]:
-    """Where blended sample `index` came from: shard, the shard's sample number, sequences and doc_ids."""
-    blended = datasets.train
-    shard_id = int(blended.dataset_index[index])
+    """Where run sample `index` came from: epoch, shard, the shard's sample number, sequences and doc_ids."""
+    epoch, epoch_sample = datasets.draw(index)
+    shard_id, shard_sample = datasets.locate(epoch_sample)
     sequences = [int(i) for i in sample["document_ids"]]
-    return {"index": index, "shard": datasets.shard_names[shard_id],
-            "shard_sample": int(blended.dataset_sample_index[index]),
-            "sequences": sequences, "doc_ids": [datasets.doc_ids[shard_id][i] for i in sequences]}
+    return {"index": index, "epoch": epoch, "epoch_sample": epoch_sample, "shard": datasets.shard_names[shard_id],
+            "shard_sample": shard_sample, "sequences": sequences,
+            "doc_ids": [datasets.doc_ids[shard_id][i] for i in sequences]}
 
 
 def micro_batches(cfg: TrainerConfig, datasets: Datasets, step: int, dp_rank: int, dp: int
                   ) -> tuple[list[Batch], list[dict[str, Any]]]:
     """The micro-batches this rank runs at `step`, and the lineage of each sample in them."""
     indices = rank_slice(global_batch_indices(step, cfg.batch.global_batch_size), dp_rank, dp)
-    samples = [datasets.train[i] for i in indices]
+    samples = [datasets.train[datasets.draw(i)[1]] for i in indices]
     lineage = [lineage_record(datasets, i, s) for i, s in zip(indices, samples)]
     mb = cfg.batch.micro_batch_size
     return [collate(samples[i:i + mb]) for i in range(0, len(samples), mb)], lineage
 
 
 def eval_batches(cfg: TrainerConfig, datasets: Datasets) -> list[Batch]:
-    """The fixed validation micro-batches (the same every evaluation, so the curve compares like with like)."""
+    """The fixed validation micro-batches (the same every evaluation, so the curve compares like with like).
+
+    A validation split smaller than eval_batches global batches is read round and round.
+    """
     if datasets.valid is None:
         return []
+    if len(datasets.valid) == 0:
+        log.warning("the validation split holds no sample of %d tokens: no validation loss this run; raise the "
+                    "valid share of data.split or export more documents", cfg.model.seq_length)
+        return []
     mb = cfg.batch.micro_batch_size
-    samples = [datasets.valid[i] for i in range(cfg.schedule.eval_batches * cfg.batch.global_batch_size)]
+    n = len(datasets.valid)
+    samples = [datasets.valid[i % n] for i in range(cfg.schedule.eval_batches * cfg.batch.global_batch_size)]
     return [collate(samples[i:i + mb]) for i in range(0, len(samples), mb)]

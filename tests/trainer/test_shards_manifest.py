@@ -8,7 +8,7 @@ from megatron.core.datasets.indexed_dataset import IndexedDataset
 
 from conftest import tiny_config
 from trainer.backend import open_backend
-from trainer.data import build_datasets, global_batch_indices, micro_batches, rank_slice
+from trainer.data import build_datasets, epoch_order, global_batch_indices, micro_batches, rank_slice
 from trainer.manifest import ManifestError, canonical_sha256, load_manifest, read_doc_ids
 
 
@@ -23,16 +23,23 @@ def test_shards_load_with_the_manifests_counts(manifest_path):
     assert manifest.total_tokens == json.loads(manifest_path.read_text())["totals"]["tokens"]
 
 
-def test_datasets_have_the_planned_sizes(manifest_path, tmp_path):
+def test_the_training_dataset_is_one_epoch_of_every_shard(manifest_path, tmp_path):
     cfg = tiny_config("schedule.steps=5")
+    manifest = load_manifest(manifest_path)
     with open_backend(cfg):
-        datasets = build_datasets(cfg, load_manifest(manifest_path), tmp_path / "cache")
-        # megatron rounds each shard's share up, so the blend holds at least the samples the run draws.
-        assert 5 * cfg.batch.global_batch_size <= len(datasets.train) <= 5 * cfg.batch.global_batch_size + 2
-        assert len(datasets.valid) >= cfg.schedule.eval_batches * cfg.batch.global_batch_size
-        sample = datasets.train[0]
-        assert sample["tokens"].shape == (cfg.model.seq_length,)
-        # Blend weights are token counts: both shards (of similar size) feed the batch.
+        datasets = build_datasets(cfg, manifest, tmp_path / "cache")
+        seq = cfg.model.seq_length
+        expected = []
+        for shard in manifest.shards:   # by hand: the train split's documents, read once, in windows of seq+1 tokens
+            indexed = IndexedDataset(shard.prefix)   # held: its lengths are a view of its mmap
+            lengths = indexed.sequence_lengths
+            train_docs = int(round(0.9 * len(lengths)))   # the tiny config's data.split "90,10,0", rounded as megatron does
+            expected.append((int(lengths[:train_docs].sum()) - 1) // seq)
+        assert [len(d) for d in datasets.train.datasets] == expected
+        assert len(datasets.train) == sum(expected)   # a run of any length draws from this one epoch
+        assert len(datasets.valid) >= 1
+        assert datasets.train[0]["tokens"].shape == (seq,)
+        # Both shards (of similar size) feed the first batches.
         assert set(np.asarray(datasets.train.dataset_index[:16]).tolist()) == {0, 1}
 
 
@@ -88,3 +95,27 @@ def test_batch_order_is_a_function_of_seed_and_step(manifest_path, tmp_path):
     with open_backend(other_seed):
         datasets = build_datasets(other_seed, load_manifest(manifest_path), tmp_path / "c")
         assert micro_batches(other_seed, datasets, 4, 0, 1)[1] != draws[0][1]
+
+
+def test_batches_do_not_depend_on_how_long_the_run_is(manifest_path, tmp_path):
+    lineages = []
+    for steps in (5, 500):
+        cfg = tiny_config(f"schedule.steps={steps}")
+        with open_backend(cfg):
+            datasets = build_datasets(cfg, load_manifest(manifest_path), tmp_path / f"cache-{steps}")
+            lineages.append([micro_batches(cfg, datasets, step, 0, 1)[1] for step in range(5)])
+    assert lineages[0] == lineages[1]   # a short run's batches are the first batches of a long one
+
+
+def test_each_epoch_visits_every_sample_once_in_its_own_order(manifest_path, tmp_path):
+    cfg = tiny_config()
+    with open_backend(cfg):
+        datasets = build_datasets(cfg, load_manifest(manifest_path), tmp_path / "cache")
+    n = len(datasets.train)
+    epochs = [[datasets.draw(i) for i in range(e * n, (e + 1) * n)] for e in range(3)]
+    for e, draws in enumerate(epochs):
+        assert {epoch for epoch, _ in draws} == {e}
+        assert sorted(sample for _, sample in draws) == list(range(n))
+    orders = [[sample for _, sample in draws] for draws in epochs]
+    assert orders[0] != orders[1] != orders[2]
+    assert (epoch_order(cfg.seed, 1, n) == np.random.RandomState((cfg.seed, 1)).permutation(n)).all()

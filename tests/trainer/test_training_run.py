@@ -62,7 +62,7 @@ def test_lineage_names_exactly_the_documents_in_each_sample(trained_run):
     shard = next(s for s in manifest.shards if s.name == record["shard"])
     with open_backend(cfg):   # the sample itself, as the run drew it
         datasets = build_datasets(cfg, manifest, RunFiles(out).cache(manifest.sha256))
-        sample = datasets.train[record["index"]]
+        sample = datasets.train[record["epoch_sample"]]
     window = np.append(sample["tokens"].numpy(), sample["labels"][-1].item())   # the seq_length+1 tokens read
     # By hand: concatenate the listed sequences from the shard; the window must lie inside that run of
     # documents, starting in the first and ending in the last, so every listed document gave tokens.
