@@ -55,6 +55,6 @@ def test_crawl_delay_is_obeyed_up_to_its_cap(tmp_path, raw_server):
     gaps = [b - a for a, b in zip(pages, pages[1:])]
     # our agent's group (Crawl-delay 1000) wins over '*', capped; no jitter may take it below the cap
     assert min(gaps) >= cap * 0.95, gaps
-    assert max(gaps) < cap * 3, gaps
+    assert max(gaps) < cap * 10, gaps  # the cap, not 1000 s (room left for a loaded machine)
     assert run.stats["scrapy"]["weblm/robots/crawl_delay_hosts"] == 1
     assert "capped at crawl.max_crawl_delay_s" in run.log
