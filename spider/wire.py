@@ -11,7 +11,7 @@ protocol, agent and handler and only tees the bytes on their way through:
   a final (non-1xx) status line.
 
 The pair lands in `request.meta[WIRE_META_KEY]` as a `WireHeads`, which the WARC capture
-middleware writes.  No library exposes these bytes from Scrapy's handler (scrapy#3064), hence the
+middleware writes.  Neither Scrapy nor warcio exposes these bytes from Scrapy's handler, hence the
 subclasses.  `tests/spider/test_wire.py` pins the behaviour, so a Scrapy upgrade that moves these
 internals fails there and not silently.
 """
