@@ -67,6 +67,11 @@ def build(cls: type[T], data: Mapping[str, Any], where: str = "") -> T:
     if unknown:
         raise ConfigError(f"unknown setting(s) {sorted(unknown)} in {where or cls.__name__}; "
                           f"known: {sorted(fields)}")
+    missing = sorted(name for name, f in fields.items() if name not in data and f.init
+                     and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING)
+    if missing:
+        raise ConfigError(f"missing setting(s) {missing} in {where or cls.__name__}: every setting has its "
+                          f"default in conf/{(where or '?').split('.')[0]}.yaml; add them there or in an overlay")
     kwargs = {}
     for name, value in data.items():
         kwargs[name] = _coerce(hints[name], value, f"{where}.{name}" if where else name)

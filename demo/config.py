@@ -1,7 +1,7 @@
 """Typed settings of the demo (`conf/demo.yaml`)."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Iterable
 
 from conf import load
@@ -9,12 +9,11 @@ from conf import load
 
 @dataclass(frozen=True)
 class DemoConfig:
-    replay_warcs: list[str] = field(default_factory=list)
-    spark_master: str = "local[2]"
-    spark_driver_memory: str = "2g"
-    fresh: bool = True
-    stage_timeout_s: int = 1200
-    localweb_start_timeout_s: int = 60
+    replay_warcs: list[str]
+    spark_driver_memory: str
+    fresh: bool
+    stage_timeout_s: int
+    localweb_start_timeout_s: int
 
 
 def load_demo_config(overrides: Iterable[str] = ()) -> DemoConfig:

@@ -22,6 +22,7 @@ from pathlib import Path
 from conf.paths import Paths, load_paths
 from demo.config import DemoConfig, load_demo_config
 from demo.summary import build_summary, render_summary
+from jobs.config import load_jobs_config
 
 ROOT = Path(__file__).resolve().parent.parent
 # Spark's console progress bars and JVM warnings bury the pipeline's own progress lines.
@@ -81,9 +82,9 @@ def run_demo(cfg: DemoConfig, paths: Paths) -> dict:
     finally:
         stop(web["process"])
 
-    spark_submit = [str(Path(sys.executable).with_name("spark-submit")), "--master", cfg.spark_master,
-                    "--driver-memory", cfg.spark_driver_memory, "--conf", "spark.ui.enabled=false",
-                    "--conf", "spark.log.level=WARN"]
+    # the master and Spark settings come from conf/jobs.yaml, the one place they live
+    spark_submit = [str(Path(sys.executable).with_name("spark-submit")), "--master", load_jobs_config().spark.master,
+                    "--driver-memory", cfg.spark_driver_memory, "--conf", "spark.log.level=WARN"]
     jars = sorted(Path(paths.spark_jars_dir).glob("*.jar")) if Path(paths.spark_jars_dir).is_dir() else []
     if jars:
         spark_submit += ["--jars", ",".join(map(str, jars))]

@@ -20,6 +20,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Sequence
 
+import storage
 from conf import split_paths_overrides
 from conf.paths import Paths, load_paths
 from jobs.config import JobsConfig, load_jobs_config
@@ -38,12 +39,15 @@ class JobMetrics:
     skipped: Counter = field(default_factory=Counter)
     examples: list = field(default_factory=list)
     extra: dict = field(default_factory=dict)
+    status: str = "running"
+    error: str | None = None
 
     def skip(self, reason: str, n: int = 1) -> None:
         self.skipped[reason] += n
 
     def as_dict(self) -> dict[str, Any]:
-        return {"job": self.job, "started": self.started, "seconds": round(self.seconds, 3),
+        return {"job": self.job, "status": self.status, "error": self.error,
+                "started": self.started, "seconds": round(self.seconds, 3),
                 "input_rows": self.input_rows, "output_rows": self.output_rows,
                 "skipped": dict(sorted(self.skipped.items())), **self.extra,
                 "skipped_examples": self.examples}
@@ -51,13 +55,8 @@ class JobMetrics:
     def summary(self) -> str:
         skipped = ", ".join(f"{k}={v}" for k, v in sorted(self.skipped.items())) or "none"
         rate = self.input_rows / self.seconds if self.seconds else 0.0
-        return (f"{self.job}: {self.input_rows} in -> {self.output_rows} out in {self.seconds:.1f} s "
+        return (f"{self.job} {self.status}: {self.input_rows} in -> {self.output_rows} out in {self.seconds:.1f} s "
                 f"({rate:.1f} rows/s); skipped: {skipped}")
-
-
-def resolve(path: str) -> str:
-    """A local relative path made absolute (executors may run elsewhere); URIs unchanged."""
-    return path if "://" in path or path.startswith("dbfs:") else os.path.abspath(path)
 
 
 class SparkJob(abc.ABC):
@@ -68,8 +67,8 @@ class SparkJob(abc.ABC):
 
     def __init__(self) -> None:
         self.metrics = JobMetrics(job=self.name)
-        self.cfg: JobsConfig = JobsConfig()
-        self.paths: Paths = Paths()
+        self.cfg: JobsConfig | None = None  # set by run() from conf/jobs.yaml
+        self.paths: Paths | None = None  # set by run() from conf/paths.yaml, every path absolute or a URI
 
     # -- what a job overrides ---------------------------------------------------------------
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
@@ -83,6 +82,8 @@ class SparkJob(abc.ABC):
     def parse_args(self, argv: Sequence[str] | None) -> argparse.Namespace:
         parser = argparse.ArgumentParser(prog=f"jobs.{self.name}", description=self.description)
         parser.add_argument("--lake", help="Delta lake root (default: paths.lake)")
+        parser.add_argument("--root", help="folder relative paths in conf/paths.yaml are relative to "
+                            "(default: $WEBLM_ROOT, else the checkout holding conf/)")
         parser.add_argument("--master", help="Spark master for a local run (default: spark.master "
                             "from conf/jobs.yaml unless spark-submit already chose one)")
         parser.add_argument("-o", "--override", action="append", default=[], metavar="KEY=VALUE",
@@ -100,24 +101,34 @@ class SparkJob(abc.ABC):
         job_overrides, path_overrides = split_paths_overrides(args.override)
         self.cfg = load_jobs_config(job_overrides)
         path_overrides += list(args.path) + ([f"lake={args.lake}"] if args.lake else [])
-        self.paths = load_paths(path_overrides)
+        self.paths = load_paths(path_overrides, root=args.root)
         self.metrics = JobMetrics(job=self.name)
         self.metrics.started = datetime.now(timezone.utc).isoformat(timespec="seconds")
         start = time.monotonic()
         spark, created = build_session(self.cfg, self.paths, args.master, f"{self.cfg.spark.app_name_prefix}-{self.name}")
         try:
             self.run_job(spark, args)
+            self.metrics.status = "ok"
+        except BaseException as exc:
+            # the metrics file must never say "0 in, 0 out" for a run that died: it says failed, and why
+            self.metrics.status = "failed"
+            self.metrics.error = f"{type(exc).__name__}: {exc}"[:2000]
+            raise
         finally:
             self.metrics.seconds = time.monotonic() - start
-            self.write_metrics()
+            try:
+                self.write_metrics()
+            except Exception as exc:  # noqa: BLE001  (a metrics write must not hide the job's own error)
+                log.error("could not write the metrics of %s: %s", self.name, exc)
             if created and self.cfg.spark.stop_session:
                 spark.stop()
-        log.info(self.metrics.summary())
+            log.info(self.metrics.summary())
         return self.metrics
 
     # -- helpers for jobs -----------------------------------------------------------------------
     def table(self, name: str) -> str:
-        return resolve(self.paths.table(name))
+        """The table's location as Spark names it (s3:// becomes s3a://)."""
+        return storage.spark_uri(self.paths.table(name))
 
     def record_skips(self, spark_df, reason_col: str, detail_cols: Sequence[str],
                      routine: Sequence[str] = ()) -> None:
@@ -139,12 +150,9 @@ class SparkJob(abc.ABC):
             self.metrics.examples.append(example)
             log.warning("skipped %s", " ".join(f"{k}={v}" for k, v in example.items()))
 
-    def write_metrics(self) -> Path:
-        out = Path(resolve(self.paths.lake)) / self.cfg.metrics_dir / f"{self.name}.json"
-        out.parent.mkdir(parents=True, exist_ok=True)
-        tmp = out.with_suffix(".json.tmp")
-        tmp.write_text(json.dumps(self.metrics.as_dict(), indent=2, default=str) + "\n")
-        os.replace(tmp, out)
+    def write_metrics(self) -> str:
+        out = storage.join(self.paths.lake, self.cfg.metrics_dir, f"{self.name}.json")
+        storage.write_text(out, json.dumps(self.metrics.as_dict(), indent=2, default=str) + "\n")
         return out
 
 
@@ -168,12 +176,12 @@ def build_session(cfg: JobsConfig, paths: Paths, master: str | None, app_name: s
         builder = builder.master(master or cfg.spark.master)
         # a run we launch ourselves: Python workers must use this interpreter (its venv), not `python3`
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    jars_dir = Path(resolve(paths.spark_jars_dir))
+    jars_dir = Path(paths.spark_jars_dir)
     jars = sorted(str(p) for p in jars_dir.glob("*.jar")) if jars_dir.is_dir() else []
     if jars and not launched.get("spark.jars", ""):
         builder = builder.config("spark.jars", ",".join(jars))
     builder = builder.config("spark.sql.shuffle.partitions", str(cfg.spark.shuffle_partitions))
-    for key, value in cfg.spark.conf.items():
+    for key, value in {**storage.spark_conf(), **cfg.spark.conf}.items():
         builder = builder.config(key, str(value))
     return builder.getOrCreate(), True
 

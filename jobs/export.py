@@ -24,7 +24,7 @@ import shutil
 from datetime import timezone
 from pathlib import Path
 
-from jobs.base import SparkJob, commit_info, resolve, table_version
+from jobs.base import SparkJob, commit_info, table_version
 from jobs.shard_writer import file_sha256, plan_shards, token_dtype, write_shard
 from jobs.text import bpe
 
@@ -56,7 +56,7 @@ class ExportJob(SparkJob):
     def tokenizer_entry(self, digest: str) -> tuple[dict, bytes]:
         prefix_len = self.cfg.tokenize.hash_prefix_len
         model_path = f"{self.paths.tokenizer_dir.rstrip('/')}/{digest[:prefix_len]}/{bpe.MODEL_FILE}"
-        local = Path(resolve(model_path))
+        local = Path(model_path)
         if not local.is_file():
             raise FileNotFoundError(f"gold.tokens was made with tokenizer {digest[:12]}…, but {local} is missing; "
                                     "rerun jobs.tokenize or restore the model")
@@ -90,7 +90,7 @@ class ExportJob(SparkJob):
         placement = [(order[i].doc_id, shard, i - start)
                      for shard, (start, end) in enumerate(ranges) for i in range(start, end)]
         placed = spark.createDataFrame(placement, "doc_id string, shard int, i int")
-        shards_dir = Path(resolve(self.paths.shards_dir))
+        shards_dir = Path(self.paths.shards_dir)
         staging = shards_dir / cfg.staging_dir / f"v{version}-{digests[0][:12]}"
         shutil.rmtree(staging, ignore_errors=True)
         staging.mkdir(parents=True)

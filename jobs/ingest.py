@@ -21,7 +21,7 @@ import logging
 import math
 from functools import partial
 
-from jobs.base import SparkJob, merge_table, resolve
+from jobs.base import SparkJob, merge_table
 from jobs.warc.records import BRONZE_COLUMNS, SKIP_COLUMNS, read_warcs
 
 log = logging.getLogger("weblm.jobs.ingest")
@@ -54,7 +54,7 @@ def list_warc_files(inputs: list[str], patterns: list[str]) -> list[str]:
     """
     found: set[str] = set()
     for item in inputs:
-        item = resolve(item)
+        item = os.path.abspath(item)  # a command-line argument: relative to where the user runs it
         if os.path.isdir(item):
             for pattern in patterns:
                 found.update(p for p in glob.glob(os.path.join(item, "**", pattern), recursive=True)

@@ -21,7 +21,7 @@ import hashlib  # noqa: E402
 import logging  # noqa: E402
 from pathlib import Path  # noqa: E402
 
-from jobs.base import SparkJob, merge_table, resolve  # noqa: E402
+from jobs.base import SparkJob, merge_table  # noqa: E402
 from jobs.text import bpe  # noqa: E402
 
 log = logging.getLogger("weblm.jobs.tokenize")
@@ -81,12 +81,12 @@ class TokenizeJob(SparkJob):
         cfg = self.cfg.tokenize
         silver = spark.read.format("delta").load(self.table("silver.documents"))
         if args.tokenizer:
-            model = Path(resolve(args.tokenizer)).read_bytes()
-            path = Path(resolve(args.tokenizer))
+            model = Path(args.tokenizer).read_bytes()
+            path = Path(args.tokenizer)
             log.info("tokenize: reusing %s", path)
         else:
             model = bpe.train_bpe(self.sample_texts(silver), cfg)
-            path = bpe.save_model(model, resolve(self.paths.tokenizer_dir), cfg.hash_prefix_len)
+            path = bpe.save_model(model, self.paths.tokenizer_dir, cfg.hash_prefix_len)
             log.info("tokenize: trained BPE on %d docs / %d chars -> %s", self.metrics.extra["sample_docs"],
                      self.metrics.extra["sample_chars"], path)
         digest = bpe.sha256_hex(model)

@@ -9,30 +9,30 @@ from conf import ConfigError, load
 
 @dataclass(frozen=True)
 class LocalWebConfig:
-    seed: int = 20240601
-    bind_host: str = "127.0.0.1"
-    port: int = 0
-    domain: str = "weblm.test"
-    pages_per_host: int = 30
-    index_page_size: int = 10
-    paragraphs_min: int = 4
-    paragraphs_max: int = 7
-    sentences_min: int = 3
-    sentences_max: int = 6
-    related_links: int = 4
-    cross_host_links: int = 2
-    mirror_exact: int = 6
-    mirror_near: int = 6
-    near_dup_changed_words: int = 5
-    missing_links: int = 3
-    gzip_every: int = 4
-    slow_page_seconds: float = 6.0
-    rate_limited_responses: int = 2
-    retry_after_seconds: int = 1
-    crawl_delay_seconds: float = 1.0
-    large_page_bytes: int = 3_000_000
-    calendar_start: str = "2024-06"
-    calendar_events_per_month: int = 3
+    seed: int
+    bind_host: str
+    port: int
+    domain: str
+    pages_per_host: int
+    index_page_size: int
+    paragraphs_min: int
+    paragraphs_max: int
+    sentences_min: int
+    sentences_max: int
+    related_links: int
+    cross_host_links: int
+    mirror_exact: int
+    mirror_near: int
+    near_dup_changed_words: int
+    missing_links: int
+    gzip_every: int
+    slow_page_seconds: float
+    rate_limited_responses: int
+    retry_after_seconds: int
+    crawl_delay_seconds: float
+    large_page_bytes: int
+    calendar_start: str
+    calendar_events_per_month: int
 
     def __post_init__(self) -> None:
         if self.bind_host not in ("127.0.0.1", "::1", "localhost"):

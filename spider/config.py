@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Iterable
 
 from conf import as_dict, load
@@ -11,41 +11,41 @@ from conf import as_dict, load
 
 @dataclass(frozen=True)
 class WarcConfig:
-    prefix: str = "weblm"
-    max_file_bytes: int = 1_000_000_000
-    operator: str = ""
+    prefix: str
+    max_file_bytes: int
+    operator: str
 
 
 @dataclass(frozen=True)
 class CrawlConfig:
-    proxy: str = ""
-    allowed_hosts: list[str] = field(default_factory=list)
-    user_agent: str = ""
-    obey_robots: bool = True
-    robots_parser: str = "scrapy.robotstxt.ProtegoRobotParser"
-    download_delay_s: float = 1.0
-    max_crawl_delay_s: float = 30.0
-    randomize_delay: bool = True
-    concurrent_requests: int = 16
-    concurrent_requests_per_host: int = 1
-    depth_limit: int = 5
-    max_pages_per_host: int = 200
-    max_url_length: int = 2048
-    max_repeated_segment: int = 3
-    download_timeout_s: float = 30.0
-    download_maxsize_bytes: int = 10 * 1024 * 1024
-    download_warnsize_bytes: int = 2 * 1024 * 1024
-    retry_enabled: bool = True
-    retry_times: int = 2
-    retry_http_codes: list[int] = field(default_factory=list)
-    max_retry_after_s: float = 120.0
-    close_after_pages: int = 0
-    close_after_seconds: int = 0
-    close_after_errors: int = 0
-    progress_interval_s: float = 10.0
-    log_level: str = "INFO"
-    scheduler: str = "scrapy.core.scheduler.Scheduler"
-    warc: WarcConfig = field(default_factory=WarcConfig)
+    proxy: str
+    allowed_hosts: list[str]
+    user_agent: str
+    obey_robots: bool
+    robots_parser: str
+    download_delay_s: float
+    max_crawl_delay_s: float
+    randomize_delay: bool
+    concurrent_requests: int
+    concurrent_requests_per_host: int
+    depth_limit: int
+    max_pages_per_host: int
+    max_url_length: int
+    max_repeated_segment: int
+    download_timeout_s: float
+    download_maxsize_bytes: int
+    download_warnsize_bytes: int
+    retry_enabled: bool
+    retry_times: int
+    retry_http_codes: list[int]
+    max_retry_after_s: float
+    close_after_pages: int
+    close_after_seconds: int
+    close_after_errors: int
+    progress_interval_s: float
+    log_level: str
+    scheduler: str
+    warc: WarcConfig
 
     def __post_init__(self) -> None:
         if not self.user_agent:

@@ -21,7 +21,7 @@ from conf.paths import load_paths
 from spider.config import load_crawl_config
 from spider.crawl_stats import crawl_stats
 from spider.seeds import SeedError, read_seeds
-from spider.settings import project_path, scrapy_settings
+from spider.settings import scrapy_settings
 from spider.web_spider import WebSpider
 
 logger = logging.getLogger("spider.crawl")
@@ -44,12 +44,12 @@ def main(argv: list[str] | None = None) -> int:
         crawl_overrides, path_overrides = split_paths_overrides(args.override)
         paths = load_paths(path_overrides)
         cfg = load_crawl_config(crawl_overrides)
-        seeds = read_seeds(Path(args.seeds) if args.seeds else project_path(paths.seeds))
+        seeds = read_seeds(Path(args.seeds) if args.seeds else paths.seeds)
     except (ConfigError, SeedError, ValueError) as exc:
         print(f"spider.crawl: {exc}", file=sys.stderr)
         return 2
-    warc_dir = Path(args.warc_dir) if args.warc_dir else project_path(paths.warc_dir)
-    stats_path = Path(args.stats) if args.stats else project_path(paths.crawl_stats)
+    warc_dir = Path(args.warc_dir) if args.warc_dir else paths.warc_dir
+    stats_path = Path(args.stats) if args.stats else paths.crawl_stats
 
     process = CrawlerProcess(scrapy_settings(cfg, str(warc_dir), stats_file=str(stats_path)))
     crawler = process.create_crawler(WebSpider)

@@ -5,9 +5,9 @@ the overlays in $WEBLM_CONF_OVERLAY; Scrapy's `-s NAME=VALUE` still overrides an
 """
 from conf.paths import load_paths
 from spider.config import load_crawl_config
-from spider.settings import project_path, scrapy_settings
+from spider.settings import scrapy_settings
 
 _paths = load_paths()
-globals().update(scrapy_settings(load_crawl_config(), str(project_path(_paths.warc_dir)),
-                                 stats_file=str(project_path(_paths.crawl_stats)),
-                                 seeds_file=str(project_path(_paths.seeds))))
+globals().update(scrapy_settings(load_crawl_config(), str(_paths.warc_dir),
+                                 stats_file=str(_paths.crawl_stats),
+                                 seeds_file=str(_paths.seeds)))

@@ -1,19 +1,9 @@
 """Scrapy settings built from the typed crawl configuration; the only place they are set."""
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 from spider.config import CrawlConfig
-
-PROJECT_ROOT = Path(__file__).resolve().parent.parent
-
-
-def project_path(value: str) -> Path:
-    """paths.yaml entries are relative to the project root, not to the current directory."""
-    path = Path(value)
-    return path if path.is_absolute() else PROJECT_ROOT / path
-
 
 def scrapy_settings(cfg: CrawlConfig, warc_dir: str, stats_file: str = "",
                     seeds_file: str = "") -> dict[str, Any]:

@@ -1,0 +1,261 @@
+"""Durable I/O over local paths and object storage (s3://, gs://), shared by every part.
+
+Paths come from `conf.paths.load_paths()` already absolute or as URIs; this module only reads and
+writes them.  Object stores are reached through fsspec (s3fs, gcsfs), configured from
+`conf/storage.yaml`; Spark reaches the same locations through `spark_uri()` and `spark_conf()`.
+Writes are all-or-nothing: a local file is written beside its target, fsynced and renamed; an object
+is one PUT (or one multipart upload), which S3 and GCS make visible only when complete.
+"""
+from __future__ import annotations
+
+import functools
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import IO, Any, Iterator
+
+from conf.paths import is_uri, join  # noqa: F401  (re-exported: one notion of "URI" everywhere)
+from storage.config import StorageConfig, load_storage_config
+
+
+@functools.lru_cache(maxsize=None)
+def _config() -> StorageConfig:
+    return load_storage_config()
+
+
+def reset() -> None:
+    """Forget cached configuration and clients (tests that start a new S3 server, forked workers)."""
+    _config.cache_clear()
+    _filesystem.cache_clear()
+
+
+def _protocol(path: str) -> str:
+    if not is_uri(path):
+        return "file"
+    scheme = path.split("://", 1)[0] if "://" in path else path.split(":", 1)[0]
+    return {"s3a": "s3", "s3n": "s3", "gcs": "gs"}.get(scheme, scheme)
+
+
+def storage_options(protocol: str) -> dict[str, Any]:
+    """fsspec options for one protocol, from conf/storage.yaml (credentials stay with the provider's chain)."""
+    cfg = _config()
+    if protocol == "s3":
+        client: dict[str, Any] = {"region_name": cfg.s3.region}
+        if cfg.s3.endpoint_url:
+            client["endpoint_url"] = cfg.s3.endpoint_url
+        config: dict[str, Any] = {"retries": {"max_attempts": cfg.s3.max_attempts, "mode": "standard"}}
+        if cfg.s3.path_style:
+            config["s3"] = {"addressing_style": "path"}
+        # listings must reflect new files at once: a cached listing would hide WARC files written since
+        return {"client_kwargs": client, "config_kwargs": config, "use_listings_cache": False}
+    if protocol == "gs":
+        return {"project": cfg.gcs.project} if cfg.gcs.project else {}
+    return {}
+
+
+@functools.lru_cache(maxsize=None)
+def _filesystem(protocol: str):
+    import fsspec
+
+    return fsspec.filesystem(protocol, **storage_options(protocol))
+
+
+def filesystem(path: str):
+    """`(fs, path_in_fs)` for a local path or URI."""
+    protocol = _protocol(path)
+    fs = _filesystem(protocol)
+    return fs, (path if protocol == "file" else fs._strip_protocol(_canonical(path)))
+
+
+def _canonical(path: str) -> str:
+    for alias, canonical in (("s3a://", "s3://"), ("s3n://", "s3://"), ("gcs://", "gs://")):
+        if path.startswith(alias):
+            return canonical + path[len(alias):]
+    return path
+
+
+def _uri(protocol: str, path: str) -> str:
+    return path if protocol == "file" else f"{protocol}://{path}"
+
+
+# -- reading ------------------------------------------------------------------------------------------------
+def open_file(path: str, mode: str = "rb", **kwargs) -> IO:
+    """A file object for reading (or streaming writes that need no atomicity)."""
+    fs, p = filesystem(path)
+    return fs.open(p, mode, **kwargs)
+
+
+def read_bytes(path: str) -> bytes:
+    fs, p = filesystem(path)
+    return fs.cat_file(p)
+
+
+def read_text(path: str, encoding: str = "utf-8") -> str:
+    return read_bytes(path).decode(encoding)
+
+
+def exists(path: str) -> bool:
+    fs, p = filesystem(path)
+    return fs.exists(p)
+
+
+def isdir(path: str) -> bool:
+    fs, p = filesystem(path)
+    return fs.isdir(p)
+
+
+def isfile(path: str) -> bool:
+    fs, p = filesystem(path)
+    return fs.isfile(p)
+
+
+def size(path: str) -> int:
+    fs, p = filesystem(path)
+    return int(fs.size(p))
+
+
+def info(path: str) -> dict[str, Any]:
+    fs, p = filesystem(path)
+    return fs.info(p)
+
+
+def glob(folder: str, pattern: str, recursive: bool = True) -> list[str]:
+    """Files under `folder` whose name matches `pattern` (e.g. `*.warc.gz`), as full paths/URIs, sorted."""
+    fs, p = filesystem(folder)
+    protocol = _protocol(folder)
+    found = fs.glob(f"{p.rstrip('/')}/{'**/' if recursive else ''}{pattern}")
+    if recursive:  # fsspec's ** matches one or more folders here; the folder itself is level zero
+        found += fs.glob(f"{p.rstrip('/')}/{pattern}")
+    return sorted({_uri(protocol, f) for f in found if fs.isfile(f)})
+
+
+def listdir(folder: str) -> list[str]:
+    """Entries of a folder as full paths/URIs, sorted; [] when the folder does not exist."""
+    fs, p = filesystem(folder)
+    if not fs.exists(p):
+        return []
+    protocol = _protocol(folder)
+    return sorted(_uri(protocol, e) for e in fs.ls(p, detail=False) if e.rstrip("/") != p.rstrip("/"))
+
+
+# -- writing ------------------------------------------------------------------------------------------------
+def makedirs(path: str) -> None:
+    """Create a local folder (object stores have no folders: a no-op there)."""
+    if not is_uri(path):
+        os.makedirs(path, exist_ok=True)
+
+
+def write_bytes(path: str, data: bytes) -> None:
+    """All-or-nothing write: readers see the old content or the new, never a part."""
+    if is_uri(path):
+        fs, p = filesystem(path)
+        fs.pipe_file(p, data)
+        return
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as out:
+            out.write(data)
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(tmp, target)
+        _fsync_dir(target.parent)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write_text(path: str, text: str, encoding: str = "utf-8") -> None:
+    write_bytes(path, text.encode(encoding))
+
+
+def put_file(local: str | os.PathLike, path: str) -> None:
+    """Copy a finished local file to `path` (local or URI), all-or-nothing, and check its size there."""
+    local = str(local)
+    expected = os.path.getsize(local)
+    if is_uri(path):
+        fs, p = filesystem(path)
+        fs.put_file(local, p)
+    else:
+        target = Path(path)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = target.with_name(f".{target.name}.part")
+        shutil.copyfile(local, tmp)
+        with open(tmp, "rb+") as f:
+            os.fsync(f.fileno())
+        os.replace(tmp, target)
+        _fsync_dir(target.parent)
+    actual = size(path)
+    if actual != expected:
+        raise OSError(f"upload of {local} to {path} left {actual} bytes, expected {expected}")
+
+
+def get_file(path: str, local: str | os.PathLike) -> None:
+    """Copy `path` (local or URI) to a local file, all-or-nothing."""
+    target = Path(local)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_name(f".{target.name}.part")
+    fs, p = filesystem(path)
+    fs.get_file(p, str(tmp))
+    os.replace(tmp, target)
+
+
+def copy_tree(src: str, dest: str) -> list[str]:
+    """Copy every file under `src` to the same relative path under `dest`; returns the copied destinations."""
+    fs, p = filesystem(src)
+    copied = []
+    for name in fs.find(p):
+        rel = name[len(p.rstrip("/")) + 1:]
+        target = join(dest, *rel.split("/"))
+        if is_uri(src):
+            with fs.open(name, "rb") as data:
+                write_bytes(target, data.read())
+        else:
+            put_file(name, target)
+        copied.append(target)
+    return copied
+
+
+def remove(path: str, recursive: bool = False) -> None:
+    """Delete a file (or a tree with `recursive`); a missing path is not an error."""
+    fs, p = filesystem(path)
+    if fs.exists(p):
+        fs.rm(p, recursive=recursive)
+
+
+def walk_files(folder: str) -> Iterator[str]:
+    """Every file under `folder`, as full paths/URIs."""
+    fs, p = filesystem(folder)
+    protocol = _protocol(folder)
+    if fs.exists(p):
+        for name in sorted(fs.find(p)):
+            yield _uri(protocol, name)
+
+
+def _fsync_dir(folder: Path) -> None:
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+# -- Spark ----------------------------------------------------------------------------------------------------
+def spark_uri(path: str) -> str:
+    """The spelling Spark's Hadoop connectors need: s3:// -> s3a://; local paths and gs:// unchanged."""
+    path = _canonical(path)
+    return "s3a://" + path[len("s3://"):] if path.startswith("s3://") else path
+
+
+def spark_conf() -> dict[str, str]:
+    """Hadoop settings that point Spark's s3a connector where fsspec goes (conf/storage.yaml)."""
+    s3 = _config().s3
+    conf = {"spark.hadoop.fs.s3a.endpoint.region": s3.region,
+            "spark.hadoop.fs.s3a.path.style.access": str(s3.path_style).lower(),
+            "spark.hadoop.fs.s3a.attempts.maximum": str(s3.max_attempts)}
+    if s3.endpoint_url:
+        conf["spark.hadoop.fs.s3a.endpoint"] = s3.endpoint_url
+        conf["spark.hadoop.fs.s3a.connection.ssl.enabled"] = str(s3.endpoint_url.startswith("https")).lower()
+    return conf

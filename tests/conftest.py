@@ -1,0 +1,35 @@
+"""Fixtures every part's tests share: a real S3 API server (moto's server mode) on 127.0.0.1."""
+from __future__ import annotations
+
+import itertools
+import os
+
+import pytest
+
+import storage
+from tests.support.s3server import CREDENTIALS, S3Server, make_bucket, storage_overlay
+
+_buckets = itertools.count()
+
+
+@pytest.fixture(scope="session")
+def s3_server(tmp_path_factory):
+    server = S3Server(tmp_path_factory.mktemp("moto"))
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def s3(s3_server, tmp_path, monkeypatch):
+    """A fresh bucket on the S3 server, with conf/storage.yaml pointed at it for this test.
+
+    Yields the bucket's URI (`s3://weblm-test-N`).  Child processes inherit the overlay and credentials.
+    """
+    for key, value in CREDENTIALS.items():
+        monkeypatch.setenv(key, value)
+    overlay = storage_overlay(tmp_path / "s3-overlay.yaml", s3_server.endpoint)
+    existing = os.environ.get("WEBLM_CONF_OVERLAY", "")
+    monkeypatch.setenv("WEBLM_CONF_OVERLAY", ",".join(filter(None, [existing, str(overlay)])))
+    storage.reset()
+    yield make_bucket(s3_server.endpoint, f"weblm-test-{os.getpid()}-{next(_buckets)}")
+    storage.reset()
