@@ -18,12 +18,13 @@ $(VENV)/.installed: setup.cfg pyproject.toml
 	$(PY) -m pip install -q -e '.[spider,localweb,jobs,trainer,demo,dev]'
 	touch $@
 
-# Delta's own jars only: pyspark already ships newer copies of its other dependencies.
+# Delta's and the s3a connector's own jars only: pyspark already ships newer copies of their other dependencies.
+SPARK_JAR_GROUPS := io.delta,org.apache.hadoop,software.amazon.awssdk,software.amazon.s3.analyticsaccelerator,software.amazon.eventstream,org.reactivestreams,org.wildfly.openssl
 $(JARS)/.resolved: jobs/jars/pom.xml
 	@command -v mvn >/dev/null || { echo "resolving the Delta jars needs Maven: run 'make system-deps' (Debian, as root) or install maven" >&2; exit 1; }
 	rm -rf $(JARS)
 	mvn -q -B -f jobs/jars/pom.xml dependency:copy-dependencies -DoutputDirectory=$(JARS) \
-	    -DincludeGroupIds=io.delta -DexcludeArtifactIds=delta-kernel-api,delta-kernel-defaults,delta-kernel-unitycatalog
+	    -DincludeGroupIds=$(SPARK_JAR_GROUPS) -DexcludeArtifactIds=delta-kernel-api,delta-kernel-defaults,delta-kernel-unitycatalog
 	touch $@
 
 jars: $(JARS)/.resolved

@@ -168,6 +168,7 @@ def build_session(cfg: JobsConfig, paths: Paths, master: str | None, app_name: s
 
     active = SparkSession.getActiveSession()
     if active is not None:
+        apply_storage_conf(active)
         return active, False
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # avoids the loopback-hostname warning on laptops
     launched = SparkConf()  # under spark-submit this already holds spark.master, spark.jars, ...
@@ -184,6 +185,19 @@ def build_session(cfg: JobsConfig, paths: Paths, master: str | None, app_name: s
     for key, value in {**storage.spark_conf(), **cfg.spark.conf}.items():
         builder = builder.config(key, str(value))
     return builder.getOrCreate(), True
+
+
+def apply_storage_conf(spark) -> None:
+    """Point a running session's s3a connector where conf/storage.yaml says (a notebook's or a test's session).
+
+    Only set when an endpoint is configured: a cluster's own s3a settings are left alone otherwise.
+    """
+    conf = storage.spark_conf()
+    if "spark.hadoop.fs.s3a.endpoint" not in conf:
+        return
+    hadoop = spark.sparkContext._jsc.hadoopConfiguration()
+    for key, value in conf.items():
+        hadoop.set(key.removeprefix("spark.hadoop."), value)
 
 
 # -- Delta I/O ------------------------------------------------------------------------------------

@@ -10,6 +10,10 @@ import storage
 from tests.support.s3server import CREDENTIALS, S3Server, make_bucket, storage_overlay
 
 _buckets = itertools.count()
+# Test credentials for the local S3 server, in the environment from the start: JVMs (Spark's s3a) and
+# child processes read credentials from the environment they were launched with.  They also keep any
+# real credentials of the person running the tests out of reach.
+os.environ.update(CREDENTIALS)
 
 
 @pytest.fixture(scope="session")
