@@ -74,7 +74,7 @@ def _absolute(value: str, root: Path, key: str) -> str:
     if value.startswith("file://"):
         value = value[len("file://"):]
     if value.startswith("s3a://") or value.startswith("s3n://"):
-        return "s3://" + value[len("s3a://"):]  # one spelling everywhere; Spark gets s3a:// from storage.spark_uri
+        value = "s3://" + value[len("s3a://"):]  # one spelling everywhere; Spark gets s3a:// from storage.spark_uri
     if is_uri(value):
         return value.rstrip("/")
     path = Path(value).expanduser()

@@ -14,6 +14,7 @@ class WarcConfig:
     prefix: str
     max_file_bytes: int
     operator: str
+    upload_wait_s: float
 
 
 @dataclass(frozen=True)
@@ -56,6 +57,8 @@ class CrawlConfig:
             raise ValueError("crawl.max_repeated_segment must be >= 2 (1 would reject every path)")
         if self.warc.max_file_bytes <= 0:
             raise ValueError("crawl.warc.max_file_bytes must be positive")
+        if self.warc.upload_wait_s < 0:
+            raise ValueError("crawl.warc.upload_wait_s must be >= 0 (0 = do not wait; files left are sent next start)")
 
     def digest(self) -> str:
         """sha256 of the effective configuration, recorded in every warcinfo record."""

@@ -5,17 +5,20 @@
 Crawls from the seeds into WARC/1.1 files and writes the crawl counters as JSON.  Defaults come
 from conf/paths.yaml (paths.seeds, paths.warc_dir, paths.crawl_stats); crawl settings from
 conf/crawl.yaml, each overridable with `-o key=value` (e.g. `-o download_delay_s=0.1`).
+Each of the three may be a URI (s3://bucket/warc): WARC files are then written in paths.warc_buffer
+and uploaded as they close (spider/warc_upload.py).
 The first SIGINT/SIGTERM stops gracefully (WARC files closed and renamed), a second one hard.
 """
 from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
-from pathlib import Path
 
 from scrapy.crawler import CrawlerProcess
 
+import storage
 from conf import ConfigError, split_paths_overrides
 from conf.paths import load_paths
 from spider.config import load_crawl_config
@@ -44,18 +47,21 @@ def main(argv: list[str] | None = None) -> int:
         crawl_overrides, path_overrides = split_paths_overrides(args.override)
         paths = load_paths(path_overrides)
         cfg = load_crawl_config(crawl_overrides)
-        seeds = read_seeds(Path(args.seeds) if args.seeds else paths.seeds)
+        seeds = read_seeds(_location(args.seeds) if args.seeds else paths.seeds)
     except (ConfigError, SeedError, ValueError) as exc:
         print(f"spider.crawl: {exc}", file=sys.stderr)
         return 2
-    warc_dir = Path(args.warc_dir) if args.warc_dir else paths.warc_dir
-    stats_path = Path(args.stats) if args.stats else paths.crawl_stats
+    warc_dir = _location(args.warc_dir) if args.warc_dir else paths.warc_dir
+    stats_path = _location(args.stats) if args.stats else paths.crawl_stats
 
-    process = CrawlerProcess(scrapy_settings(cfg, str(warc_dir), stats_file=str(stats_path)))
+    process = CrawlerProcess(scrapy_settings(cfg, warc_dir, stats_file=stats_path, warc_buffer=paths.warc_buffer))
     crawler = process.create_crawler(WebSpider)
     process.crawl(crawler, seeds=seeds, config=cfg)
     process.start()  # returns after the spider closes: normally, by a limit, or on a signal
 
+    if crawler.stats.get_value("start_time") is None:  # CoreStats sets it when the spider opens
+        print("spider.crawl: the crawl did not start; the error is in the log above", file=sys.stderr)
+        return 1
     result = crawl_stats(crawler.stats.get_stats(), seeds=len(seeds))  # CrawlStatsExport wrote it to stats_path
     elapsed = result["elapsed_s"] or 0.0
     print(f"crawl finished ({result['finish_reason']}): {result['pages_fetched']} pages from "
@@ -63,7 +69,22 @@ def main(argv: list[str] | None = None) -> int:
           f"pages/s), {result['requests']} requests, {sum(result['errors'].values())} errors "
           f"{result['errors']}, {result['robots_denied']} denied by robots.txt; "
           f"{result['warc_files']} WARC file(s), {result['warc_bytes']} bytes in {warc_dir}; stats: {stats_path}")
+    upload = result["warc_upload"]
+    if upload:
+        print(f"uploads to {warc_dir}: {upload.get('files_uploaded', 0)} file(s), {upload.get('bytes_uploaded', 0)} "
+              f"bytes ({upload.get('files_recovered', 0)} left by an earlier crawl), "
+              f"{upload.get('attempts_failed', 0)} failed attempt(s)")
+        if upload.get("files_in_buffer"):
+            print(f"WARNING: {upload['files_in_buffer']} WARC file(s) ({upload['bytes_in_buffer']} bytes) are not in "
+                  f"{warc_dir} yet but in the local buffer {upload['buffer']}: {', '.join(upload['files_left'])}. "
+                  f"The next crawl started with this buffer uploads them (or copy them there yourself); "
+                  f"do not delete the folder.", file=sys.stderr)
     return 0
+
+
+def _location(arg: str) -> str:
+    """A command-line path: a URI as given, a local path made absolute (relative to where the user runs it)."""
+    return arg if storage.is_uri(arg) else os.path.abspath(arg)
 
 
 if __name__ == "__main__":

@@ -8,6 +8,5 @@ from spider.config import load_crawl_config
 from spider.settings import scrapy_settings
 
 _paths = load_paths()
-globals().update(scrapy_settings(load_crawl_config(), str(_paths.warc_dir),
-                                 stats_file=str(_paths.crawl_stats),
-                                 seeds_file=str(_paths.seeds)))
+globals().update(scrapy_settings(load_crawl_config(), _paths.warc_dir, stats_file=_paths.crawl_stats,
+                                 seeds_file=_paths.seeds, warc_buffer=_paths.warc_buffer))

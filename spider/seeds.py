@@ -1,9 +1,11 @@
-"""Seed files: one URL per line; blank lines and `#` comments are skipped."""
+"""Seed files: one URL per line; blank lines and `#` comments are skipped.  A local path or a URI."""
 from __future__ import annotations
 
 import logging
-from pathlib import Path
+import os
 from urllib.parse import urlsplit
+
+import storage
 
 logger = logging.getLogger(__name__)
 
@@ -12,13 +14,19 @@ class SeedError(ValueError):
     """A seed file that yields no crawlable URL."""
 
 
-def read_seeds(path: str | Path) -> list[str]:
+def read_seeds(path: str | os.PathLike) -> list[str]:
     """Valid http(s) URLs of the file, in order; each bad line is logged with its number and skipped."""
-    path = Path(path)
-    if not path.is_file():
-        raise SeedError(f"seed file {path} does not exist; pass --seeds FILE (scrapy crawl: -a seeds=FILE) or set paths.seeds")
+    path = os.fspath(path)
+    try:
+        text = storage.read_bytes(path).decode("utf-8", errors="replace")
+    except (FileNotFoundError, IsADirectoryError):
+        raise SeedError(f"seed file {path} does not exist; pass --seeds FILE (scrapy crawl: -a seeds=FILE) or "
+                        f"set paths.seeds") from None
+    except Exception as exc:  # noqa: BLE001  (s3fs and gcsfs raise their clients' errors, not only OSError)
+        raise SeedError(f"seed file {path} cannot be read ({type(exc).__name__}: {exc}); check the path and, "
+                        f"for a URI, the store's credentials and conf/storage.yaml") from None
     seeds, bad = [], 0
-    for number, line in enumerate(path.read_text(encoding="utf-8", errors="replace").splitlines(), 1):
+    for number, line in enumerate(text.splitlines(), 1):
         url = line.strip()
         if not url or url.startswith("#"):  # a '#' later in the line is a URL fragment, not a comment
             continue

@@ -6,7 +6,7 @@ from typing import Any
 from spider.config import CrawlConfig
 
 def scrapy_settings(cfg: CrawlConfig, warc_dir: str, stats_file: str = "",
-                    seeds_file: str = "") -> dict[str, Any]:
+                    seeds_file: str = "", warc_buffer: str = "") -> dict[str, Any]:
     return {
         "BOT_NAME": "weblm",
         "SPIDER_MODULES": ["spider.web_spider"],  # `scrapy crawl weblm` finds WebSpider here (scrapy.cfg)
@@ -49,7 +49,8 @@ def scrapy_settings(cfg: CrawlConfig, warc_dir: str, stats_file: str = "",
             "spider.crawl_stats.CrawlStatsExport": 510,
         },
         "WEBLM_CRAWL_CONFIG": cfg,
-        "WEBLM_WARC_DIR": warc_dir,
+        "WEBLM_WARC_DIR": warc_dir,  # a local folder, or a URI: files are then written in WEBLM_WARC_BUFFER and uploaded
+        "WEBLM_WARC_BUFFER": warc_buffer,  # local folder; used only when WEBLM_WARC_DIR is a URI
         "WEBLM_STATS_FILE": stats_file,  # crawl counters JSON (SEAMS §2); "" = none
         "WEBLM_SEEDS_FILE": seeds_file,  # the seeds when the spider is given none (`scrapy crawl weblm`)
     }

@@ -4,6 +4,9 @@ warcio builds the records and computes WARC-Block-Digest and WARC-Payload-Digest
 This module adds what warcio leaves to its caller: file naming, the `.open` -> final rename
 that lets readers see only complete files, the warcinfo record at the head of every file,
 and rotation by size.  It knows nothing of Scrapy, so it can be tested and reused alone.
+
+A file is handed on (`on_closed`) only once it is fsynced and renamed and the rename itself is fsynced:
+from then on a machine crash cannot take it back, which is what "durable" means for a local warc_dir.
 """
 from __future__ import annotations
 
@@ -16,7 +19,7 @@ from dataclasses import dataclass
 from http import HTTPStatus
 from io import BytesIO
 from pathlib import Path
-from typing import BinaryIO, Iterable
+from typing import BinaryIO, Callable, Iterable
 from urllib.parse import urlsplit
 
 from warcio.statusandheaders import StatusAndHeaders, StatusAndHeadersParser
@@ -93,6 +96,15 @@ def request_head(method: str, url: str, headers: HeaderList) -> StatusAndHeaders
     return StatusAndHeaders(f"{method} {target} HTTP/1.1", fields, protocol="", is_http_request=True)
 
 
+@dataclass(frozen=True)
+class ClosedWarc:
+    """A finished WARC file on the local disk and the fetches it holds, in file order."""
+    path: Path
+    bytes: int
+    urls: tuple[str, ...]        # WARC-Target-URI of each response record
+    record_ids: tuple[str, ...]  # WARC-Record-ID of each response record, aligned with `urls`
+
+
 @dataclass
 class WarcCounters:
     files: int = 0
@@ -105,7 +117,7 @@ class RotatingWarcWriter:
     """Writes fetches into `<dir>/<prefix>-<UTC yyyymmddHHMMSS>-<serial>-<pid>.warc.gz`."""
 
     def __init__(self, directory: str | os.PathLike, prefix: str, max_file_bytes: int,
-                 warcinfo: dict[str, str]):
+                 warcinfo: dict[str, str], on_closed: Callable[[ClosedWarc], None] | None = None):
         self.directory = Path(directory)
         self.prefix = prefix
         self.max_file_bytes = max_file_bytes
@@ -113,6 +125,8 @@ class RotatingWarcWriter:
                          "conformsTo": WARC_SPEC, "hostname": socket.gethostname(), **warcinfo}
         self.counters = WarcCounters()
         self.closed_files: list[Path] = []
+        self.on_closed = on_closed
+        self._fetches: list[tuple[str, str]] = []  # (url, response record id) in the open file
         self._serial = 0
         self._file: BinaryIO | None = None
         self._path: Path | None = None
@@ -136,10 +150,12 @@ class RotatingWarcWriter:
         req = writer.create_warc_record(url, "request", payload=BytesIO(request_body),
                                         length=len(request_body), http_headers=request)
         writer.write_request_response_pair(req, resp)  # sets WARC-Concurrent-To on the request
+        record_id = resp.rec_headers.get_header("WARC-Record-ID")
+        self._fetches.append((url, record_id))
         self.counters.records += 2
         self.counters.responses += 1
         self._after_write()
-        return resp.rec_headers.get_header("WARC-Record-ID")
+        return record_id
 
     def close(self) -> None:
         """Close the open file (if any) and rename it to its final name.  Safe to call twice."""
@@ -152,11 +168,16 @@ class RotatingWarcWriter:
         self._file.close()
         final = self._path.with_name(self._path.name[: -len(OPEN_SUFFIX)])
         os.replace(self._path, final)
+        fsync_dir(final.parent)  # the rename is on disk too: the file cannot revert to .open after a crash
         self._closed_bytes += size
         self.counters.bytes = self._closed_bytes
         self.closed_files.append(final)
         logger.info("WARC file closed: %s (%d bytes)", final, size)
+        urls, record_ids = zip(*self._fetches) if self._fetches else ((), ())
         self._file = self._path = self._writer = None
+        self._fetches = []
+        if self.on_closed:
+            self.on_closed(ClosedWarc(final, size, tuple(urls), tuple(record_ids)))
 
     def _current_writer(self) -> WARCWriter:
         if self._writer is None:
@@ -184,3 +205,12 @@ class RotatingWarcWriter:
         self.counters.bytes = self._closed_bytes + size
         if size >= self.max_file_bytes:
             self.close()
+
+
+def fsync_dir(folder: Path) -> None:
+    """Make a rename (or creation) in `folder` survive a crash of the machine."""
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

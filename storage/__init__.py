@@ -44,7 +44,8 @@ def storage_options(protocol: str) -> dict[str, Any]:
         client: dict[str, Any] = {"region_name": cfg.s3.region}
         if cfg.s3.endpoint_url:
             client["endpoint_url"] = cfg.s3.endpoint_url
-        config: dict[str, Any] = {"retries": {"max_attempts": cfg.s3.max_attempts, "mode": "standard"}}
+        config: dict[str, Any] = {"retries": {"max_attempts": cfg.s3.max_attempts, "mode": "standard"},
+                                  "connect_timeout": cfg.s3.connect_timeout_s, "read_timeout": cfg.s3.read_timeout_s}
         if cfg.s3.path_style:
             config["s3"] = {"addressing_style": "path"}
         # listings must reflect new files at once: a cached listing would hide WARC files written since
@@ -218,6 +219,26 @@ def copy_tree(src: str, dest: str) -> list[str]:
     return copied
 
 
+def move(src: str, dest: str) -> None:
+    """Rename within one store: atomic on a local file system; copy-then-delete on object stores."""
+    if not is_uri(src) and not is_uri(dest):
+        os.replace(src, dest)
+        return
+    fs, p = filesystem(src)
+    fs.mv(p, filesystem(dest)[1])
+
+
+def sha256(path: str, chunk: int = 1 << 20) -> str:
+    """SHA-256 of a file's bytes as stored (local or URI), streamed."""
+    import hashlib
+
+    digest = hashlib.sha256()
+    with open_file(path, "rb") as data:
+        while block := data.read(chunk):
+            digest.update(block)
+    return digest.hexdigest()
+
+
 def remove(path: str, recursive: bool = False) -> None:
     """Delete a file (or a tree with `recursive`); a missing path is not an error."""
     fs, p = filesystem(path)
@@ -242,6 +263,20 @@ def _fsync_dir(folder: Path) -> None:
         os.close(fd)
 
 
+def object_store_options(path: str) -> dict[str, str]:
+    """Options for Rust object_store clients (delta-rs `DeltaTable(path, storage_options=...)`)."""
+    if _protocol(path) != "s3":
+        return {}
+    s3 = _config().s3
+    options = {"AWS_REGION": s3.region}
+    if s3.endpoint_url:
+        options["AWS_ENDPOINT_URL"] = s3.endpoint_url
+        options["AWS_ALLOW_HTTP"] = str(s3.endpoint_url.startswith("http://")).lower()
+    if s3.path_style:
+        options["AWS_VIRTUAL_HOSTED_STYLE_REQUEST"] = "false"
+    return options
+
+
 # -- Spark ----------------------------------------------------------------------------------------------------
 def spark_uri(path: str) -> str:
     """The spelling Spark's Hadoop connectors need: s3:// -> s3a://; local paths and gs:// unchanged."""
@@ -254,7 +289,9 @@ def spark_conf() -> dict[str, str]:
     s3 = _config().s3
     conf = {"spark.hadoop.fs.s3a.endpoint.region": s3.region,
             "spark.hadoop.fs.s3a.path.style.access": str(s3.path_style).lower(),
-            "spark.hadoop.fs.s3a.attempts.maximum": str(s3.max_attempts)}
+            "spark.hadoop.fs.s3a.attempts.maximum": str(s3.max_attempts),
+            "spark.hadoop.fs.s3a.connection.establish.timeout": f"{int(s3.connect_timeout_s)}s",
+            "spark.hadoop.fs.s3a.connection.timeout": f"{int(s3.read_timeout_s)}s"}
     if s3.endpoint_url:
         conf["spark.hadoop.fs.s3a.endpoint"] = s3.endpoint_url
         conf["spark.hadoop.fs.s3a.connection.ssl.enabled"] = str(s3.endpoint_url.startswith("https")).lower()

@@ -13,6 +13,8 @@ class S3Settings:
     region: str
     path_style: bool
     max_attempts: int
+    connect_timeout_s: float
+    read_timeout_s: float
 
 
 @dataclass(frozen=True)

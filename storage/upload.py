@@ -106,7 +106,10 @@ class Uploader:
         ok = self.drain(timeout_s)
         if not ok:
             self._stop.set()  # cut the backoff waits short: what is left is retried on the next start
-        self._pool.shutdown(wait=True)
+            with self._lock:
+                never_started = [f for f in self._pending.values() if f.cancel()]
+                self.counts["files_left_in_buffer"] += len(never_started)
+        self._pool.shutdown(wait=True, cancel_futures=True)
         return ok
 
 

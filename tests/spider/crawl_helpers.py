@@ -10,6 +10,8 @@ from pathlib import Path
 
 from warcio.archiveiterator import ArchiveIterator
 
+import storage
+
 ROOT = Path(__file__).resolve().parents[2]
 
 # Small and fast, but every politeness mechanism still on.
@@ -25,11 +27,14 @@ class CrawlRun:
     log: str
 
 
-def crawl_command(seeds: list[str], tmp: Path, overrides: list[str]) -> list[str]:
-    seed_file = tmp / "seeds.txt"
-    seed_file.write_text("# test seeds\n" + "\n".join(seeds) + "\n")
-    cmd = [sys.executable, "-m", "spider.crawl", "--seeds", str(seed_file),
-           "--warc-dir", str(tmp / "warc"), "--stats", str(tmp / "stats.json")]
+def crawl_command(seeds: list[str], tmp: Path, overrides: list[str], warc_dir: str = "",
+                  stats: str = "", seeds_at: str = "") -> list[str]:
+    """WARC files go to `warc_dir` (default tmp/warc), the counters to `stats` (default tmp/stats.json);
+    the seed file is written at `seeds_at` (a path or URI; default tmp/seeds.txt)."""
+    seed_file = seeds_at or str(tmp / "seeds.txt")
+    storage.write_text(seed_file, "# test seeds\n" + "\n".join(seeds) + "\n")
+    cmd = [sys.executable, "-m", "spider.crawl", "--seeds", seed_file,
+           "--warc-dir", warc_dir or str(tmp / "warc"), "--stats", stats or str(tmp / "stats.json")]
     for item in FAST + overrides:
         cmd += ["-o", item]
     return cmd
@@ -39,8 +44,8 @@ def env() -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": str(ROOT)}
 
 
-def run_crawl(seeds: list[str], tmp: Path, overrides: list[str], timeout: float = 90) -> CrawlRun:
-    proc = subprocess.run(crawl_command(seeds, tmp, overrides), cwd=ROOT, env=env(),
+def run_crawl(seeds: list[str], tmp: Path, overrides: list[str], timeout: float = 90, **where: str) -> CrawlRun:
+    proc = subprocess.run(crawl_command(seeds, tmp, overrides, **where), cwd=ROOT, env=env(),
                           capture_output=True, text=True, timeout=timeout)
     return finished(proc.returncode, tmp, proc.stdout + proc.stderr)
 
@@ -51,10 +56,10 @@ def finished(returncode: int, tmp: Path, log: str) -> CrawlRun:
     return CrawlRun(returncode, stats, sorted((tmp / "warc").glob("*")), log)
 
 
-def read_warc(path: Path) -> list[dict]:
-    """Every record of a file, its raw payload (as stored) and whether warcio's digest check passed."""
+def read_warc(path: Path | str) -> list[dict]:
+    """Every record of a file (a path or a URI), its raw payload (as stored) and whether warcio's digest check passed."""
     out = []
-    with open(path, "rb") as stream:
+    with storage.open_file(str(path), "rb") as stream:
         for rec in ArchiveIterator(stream, check_digests=True):
             out.append({"type": rec.rec_type, "headers": rec.rec_headers, "http": rec.http_headers,
                         "raw": rec.raw_stream.read(), "digest_ok": rec.digest_checker.passed})

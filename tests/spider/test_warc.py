@@ -4,6 +4,7 @@ from __future__ import annotations
 import base64
 import gzip
 import hashlib
+import os
 
 from warcio.archiveiterator import ArchiveIterator
 
@@ -122,6 +123,22 @@ def test_open_suffix_until_closed(tmp_path):
     (path,) = tmp_path.iterdir()
     assert path.name.endswith(".warc.gz")
     assert writer.closed_files == [path]
+
+
+def test_a_closed_file_is_handed_on_renamed_with_the_fetches_it_holds(tmp_path):
+    seen = []
+
+    def on_closed(closed):  # by then the final name exists and the .open one is gone
+        seen.append((closed, sorted(p.name for p in tmp_path.iterdir())))
+
+    writer = RotatingWarcWriter(tmp_path, "t", 3000, {}, on_closed=on_closed)
+    ids = [write_one(writer, f"http://a.weblm.test/{i}", os.urandom(2000)) for i in range(3)]  # one per file
+    writer.close()
+    assert [c.urls for c, _ in seen] == [("http://a.weblm.test/0",), ("http://a.weblm.test/1",), ("http://a.weblm.test/2",)]
+    assert [c.record_ids for c, _ in seen] == [(i,) for i in ids]
+    for closed, listing in seen:
+        assert closed.path.name in listing and closed.path.name + OPEN_SUFFIX not in listing
+        assert closed.bytes == closed.path.stat().st_size
 
 
 def test_unknown_status_and_non_ascii_headers_do_not_break_the_block(tmp_path):

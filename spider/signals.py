@@ -1,0 +1,26 @@
+"""The crawl's own Scrapy signals, for components that act on what the crawl has made durable.
+
+A frontier acknowledges a URL's lease only once its fetch cannot be lost (SEAMS §2):
+`crawler.signals.connect(handler, signal=warc_file_durable)` in its `from_crawler`, then
+`handler(warc: DurableWarc)` is called on the reactor thread once per WARC file.  The last files become
+durable while `spider_closed` runs (the writer closes there and the crawl waits for its uploads), which
+Scrapy sends after the scheduler's `close()`: a frontier keeps taking acknowledgements until `engine_stopped`.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+warc_file_durable = object()
+"""Sent with `warc=DurableWarc(...)` when a WARC file's final home holds it: for a local warc_dir once the
+file is fsynced and renamed (and the rename fsynced); for object storage once the upload is complete and
+its size checked there.  Never before, so a handler may forget everything the file holds."""
+
+
+@dataclass(frozen=True)
+class DurableWarc:
+    name: str                    # the file's name, e.g. weblm-20250101120000-00003-4242.warc.gz
+    location: str                # where it now lives: a local path or a URI (s3://bucket/warc/<name>)
+    bytes: int
+    urls: tuple[str, ...]        # WARC-Target-URI of every response record in it, in file order
+    record_ids: tuple[str, ...]  # their WARC-Record-IDs, aligned with `urls`
+    recovered: bool = False      # written by an earlier crawl process and sent by this one (see warc_upload.py)
