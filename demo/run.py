@@ -10,7 +10,6 @@ import argparse
 import json
 import os
 import re
-import shutil
 import signal
 import subprocess
 import sys
@@ -19,7 +18,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from conf.paths import Paths, load_paths
+import storage
+from conf.paths import Paths, is_uri, load_paths
 from demo.config import DemoConfig, load_demo_config
 from demo.summary import build_summary, render_summary
 from jobs.config import load_jobs_config
@@ -59,10 +59,9 @@ def main(argv: list[str] | None = None) -> int:
 
 def run_demo(cfg: DemoConfig, paths: Paths) -> dict:
     started = time.time()
-    var = Path(paths.var)
     if cfg.fresh:
-        wipe_local_run(paths)
-    logs = var / "demo" / "logs"
+        wipe_previous_run(paths)
+    logs = Path(paths.local) / "demo" / "logs"  # logs stay on this machine, wherever paths.var points
     logs.mkdir(parents=True, exist_ok=True)
     env = stage_env()
     replays = [str((ROOT / p).resolve()) for p in cfg.replay_warcs if (ROOT / p).exists()]
@@ -73,11 +72,10 @@ def run_demo(cfg: DemoConfig, paths: Paths) -> dict:
     stages: list[StageRun] = []
     web = start_local_web(replays, env, logs / "localweb.log", cfg.localweb_start_timeout_s)
     try:
-        seeds = Path(paths.seeds)
-        seeds.parent.mkdir(parents=True, exist_ok=True)
-        seeds.write_text("\n".join(web["seeds"]) + "\n")
+        seeds = paths.seeds
+        storage.write_text(seeds, "\n".join(web["seeds"]) + "\n")
         print(f"[demo] local web at {web['proxy']} with {len(web['seeds'])} seeds -> {seeds}")
-        stages.append(run_stage("crawl", [sys.executable, "-m", "spider.crawl", "--seeds", str(seeds),
+        stages.append(run_stage("crawl", [sys.executable, "-m", "spider.crawl", "--seeds", seeds,
                                           "-o", f"proxy={web['proxy']}"], env, logs, cfg))
     finally:
         stop(web["process"])
@@ -91,29 +89,33 @@ def run_demo(cfg: DemoConfig, paths: Paths) -> dict:
     for job in ("ingest", "extract", "tokenize", "export"):
         stages.append(run_stage(job, spark_submit + [str(ROOT / "jobs" / f"{job}.py")], env, logs, cfg))
     stages.append(run_stage("train", [sys.executable, "-m", "trainer.train"], env, logs, cfg))
-    checkpoint = json.loads((Path(paths.train_dir) / "result.json").read_text())["checkpoint"]
-    stages.append(run_stage("provenance", [sys.executable, "-m", "trainer.provenance", checkpoint, "--out",
-                                           str(Path(paths.train_dir) / "documents_seen.jsonl")], env, logs, cfg))
+    checkpoint = json.loads(storage.read_text(storage.join(paths.train_dir, "result.json")))["checkpoint"]
+    seen = str(Path(paths.local) / "demo" / "documents_seen.jsonl")
+    stages.append(run_stage("provenance", [sys.executable, "-m", "trainer.provenance", checkpoint, "--out", seen],
+                            env, logs, cfg))
 
-    summary = build_summary(paths, {s.name: round(s.seconds, 1) for s in stages}, time.time() - started)
-    out = var / "demo" / "summary.json"
-    out.write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
-    summary["summary_path"] = str(out)
+    summary = build_summary(paths, {s.name: round(s.seconds, 1) for s in stages}, time.time() - started, seen)
+    text = json.dumps(summary, indent=2, sort_keys=True) + "\n"
+    out = storage.join(paths.var, "demo", "summary.json")
+    storage.write_text(out, text)
+    if is_uri(out):  # a local copy beside the logs, for a person to open
+        storage.write_text(str(Path(paths.local) / "demo" / "summary.json"), text)
+    summary["summary_path"] = out
     return summary
 
 
-def wipe_local_run(paths: Paths) -> None:
-    """Remove the previous run's outputs, but only folders that live under `paths.var`."""
-    var = Path(paths.var).resolve()
-    for name in ("seeds", "warc_dir", "crawl_stats", "lake", "tokenizer_dir", "shards_dir",
-                 "train_dir", "mlflow_artifacts"):
-        target = Path(getattr(paths, name)).resolve()
-        if var in target.parents and target.exists():
-            shutil.rmtree(target) if target.is_dir() else target.unlink()
+def wipe_previous_run(paths: Paths) -> None:
+    """Remove the previous run's outputs, but only what lives under `paths.var` or `paths.local`."""
+    roots = [r.rstrip("/") + "/" for r in (paths.var, paths.local)]
+    for name in ("seeds", "warc_dir", "warc_buffer", "crawl_stats", "lake", "tokenizer_dir", "shards_dir",
+                 "train_dir", "cache_dir", "train_staging", "mlflow_artifacts"):
+        target = getattr(paths, name)
+        if any(target.startswith(root) for root in roots):
+            storage.remove(target, recursive=True)
     db = paths.mlflow_tracking_uri.removeprefix("sqlite:///")
-    if paths.mlflow_tracking_uri.startswith("sqlite:///") and var in Path(db).resolve().parents:
+    if paths.mlflow_tracking_uri.startswith("sqlite:///") and db.startswith(roots[1]):
         Path(db).unlink(missing_ok=True)
-    shutil.rmtree(var / "demo" / "logs", ignore_errors=True)
+    storage.remove(str(Path(paths.local) / "demo"), recursive=True)
 
 
 def stage_env() -> dict[str, str]:

@@ -2,28 +2,29 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+import storage
 from conf.paths import Paths
 
 TABLES = ("bronze.pages", "silver.documents", "gold.tokens")
 
 
-def build_summary(paths: Paths, stage_seconds: dict[str, float], total_seconds: float) -> dict[str, Any]:
-    crawl = _read_json(Path(paths.crawl_stats))
-    manifest_path = Path(paths.shards_dir) / "manifest.json"
+def build_summary(paths: Paths, stage_seconds: dict[str, float], total_seconds: float,
+                  seen_path: str) -> dict[str, Any]:
+    crawl = _read_json(paths.crawl_stats)
+    manifest_path = storage.join(paths.shards_dir, "manifest.json")
     manifest = _read_json(manifest_path)
-    result = _read_json(Path(paths.train_dir) / "result.json")
-    seen_path = Path(paths.train_dir) / "documents_seen.jsonl"
-    seen = [json.loads(line) for line in seen_path.read_text().splitlines()] if seen_path.exists() else []
+    result = _read_json(storage.join(paths.train_dir, "result.json"))
+    seen = ([json.loads(line) for line in storage.read_text(seen_path).splitlines()]
+            if storage.exists(seen_path) else [])
     return {
         "seconds": {"total": round(total_seconds, 1), **stage_seconds},
         "crawl": {k: crawl.get(k) for k in ("pages_fetched", "requests", "responses_by_status", "robots_denied",
                                              "errors", "warc_files", "warc_records", "warc_bytes", "hosts")},
         "tables": {name: _table_summary(paths, name) for name in TABLES},
-        "jobs": {job: _read_json(Path(paths.lake) / "_metrics" / f"{job}.json")
+        "jobs": {job: _read_json(storage.join(paths.lake, "_metrics", f"{job}.json"))
                  for job in ("ingest", "extract", "tokenize", "export")},
         "shards": {
             "manifest": str(manifest_path),
@@ -83,14 +84,14 @@ def _table_summary(paths: Paths, name: str) -> dict[str, Any]:
 
     location = paths.table(name)
     try:
-        table = DeltaTable(location)
+        table = DeltaTable(location, storage_options=storage.object_store_options(location) or None)
     except Exception as exc:  # a missing table is reported in the summary, not fatal to it
         return {"path": location, "rows": 0, "version": None, "error": str(exc).splitlines()[0]}
     return {"path": location, "rows": table.to_pyarrow_dataset().count_rows(), "version": table.version()}
 
 
-def _read_json(path: Path) -> dict[str, Any]:
-    return json.loads(path.read_text()) if path.exists() else {}
+def _read_json(path: str) -> dict[str, Any]:
+    return json.loads(storage.read_text(path)) if storage.exists(path) else {}
 
 
 def _mb(n: Any) -> str:

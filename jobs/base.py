@@ -86,6 +86,8 @@ class SparkJob(abc.ABC):
                             "(default: $WEBLM_ROOT, else the checkout holding conf/)")
         parser.add_argument("--master", help="Spark master for a local run (default: spark.master "
                             "from conf/jobs.yaml unless spark-submit already chose one)")
+        parser.add_argument("--full", action="store_true",
+                            help="reprocess every input, not only what is new since the last successful run")
         parser.add_argument("-o", "--override", action="append", default=[], metavar="KEY=VALUE",
                             help="override a conf/jobs.yaml setting, e.g. -o extract.min_chars=100; "
                                  "paths.KEY=VALUE overrides conf/paths.yaml, e.g. -o paths.warc_dir=/data/warc")
@@ -149,6 +151,25 @@ class SparkJob(abc.ABC):
             example = row.asDict()
             self.metrics.examples.append(example)
             log.warning("skipped %s", " ".join(f"{k}={v}" for k, v in example.items()))
+
+    def ledger(self) -> str:
+        """This job's ledger: which inputs it has processed, under which settings (`<lake>/_ledger/<job>`)."""
+        return storage.spark_uri(storage.join(self.paths.lake, "_ledger", self.name))
+
+    def pending_inputs(self, spark, inputs, key: str, settings_sha: str, full: bool):
+        """`inputs` rows not yet processed under these settings (all of them with `--full`)."""
+        from delta.tables import DeltaTable
+
+        if full or not DeltaTable.isDeltaTable(spark, self.ledger()):
+            return inputs
+        done = (spark.read.format("delta").load(self.ledger())
+                .where(f"settings_sha256 = '{settings_sha}'").select(key))
+        return inputs.join(done, key, "left_anti")
+
+    def record_processed(self, spark, processed, key: str) -> None:
+        """Add (key, settings_sha256, outcome) rows to the ledger; after the outputs are committed, so
+        a job killed in between redoes that work (idempotently) instead of forgetting it."""
+        upsert_table(spark, processed.select(key, "settings_sha256", "outcome"), self.ledger(), key)
 
     def write_metrics(self) -> str:
         out = storage.join(self.paths.lake, self.cfg.metrics_dir, f"{self.name}.json")
@@ -217,6 +238,57 @@ def commit_info(spark, path: str, version: int) -> dict[str, Any]:
     row = (DeltaTable.forPath(spark, path).history().where(f"version = {int(version)}")
            .select("version", "timestamp", "operation", "operationMetrics").first())
     return row.asDict() if row else {}
+
+
+def settings_sha256(settings: Any) -> str:
+    """A stable hash of a job's settings: outputs made under other settings are stale."""
+    import dataclasses
+    import hashlib
+
+    data = dataclasses.asdict(settings) if dataclasses.is_dataclass(settings) else settings
+    return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def is_empty(df) -> bool:
+    return df.limit(1).count() == 0
+
+
+def upsert_table(spark, df, path: str, key: str, delete_keys=None) -> dict[str, Any]:
+    """Incremental write: insert new keys, update rows whose content changed, delete `delete_keys`.
+
+    Rows of the table that `df` does not mention are left alone, so a run that saw only new inputs
+    touches only their rows; nothing is committed when nothing would change.
+    """
+    from delta.tables import DeltaTable
+    from pyspark.sql import functions as F
+
+    if not DeltaTable.isDeltaTable(spark, path):
+        df.write.format("delta").mode("errorifexists").save(path)
+        return {"created": True, "inserted": spark.read.format("delta").load(path).count(),
+                "updated": 0, "deleted": 0, "version": table_version(spark, path)}
+    target = spark.read.format("delta").load(path)
+    changes = df.withColumn("_delete", F.lit(False))
+    if delete_keys is not None:
+        gone = delete_keys.select(key).distinct().join(target.select(key), key)  # only keys that are there
+        filler = [F.lit(None).cast(f.dataType).alias(f.name) for f in df.schema.fields if f.name != key]
+        changes = changes.unionByName(gone.select(key, *filler).withColumn("_delete", F.lit(True)))
+    pending = (changes.where("_delete").limit(1).count()
+               or changes.where("NOT _delete").drop("_delete").subtract(target.select(*df.columns)).limit(1).count())
+    if not pending:
+        return {"created": False, "inserted": 0, "updated": 0, "deleted": 0, "version": table_version(spark, path)}
+    differs = " OR ".join(f"NOT (t.`{c}` <=> s.`{c}`)" for c in df.columns if c != key)
+    (DeltaTable.forPath(spark, path).alias("t").merge(changes.alias("s"), f"t.`{key}` = s.`{key}`")
+     .whenMatchedDelete(condition="s._delete")
+     .whenMatchedUpdate(condition=f"NOT s._delete AND ({differs or 'false'})",
+                        set={c: f"s.`{c}`" for c in df.columns})
+     .whenNotMatchedInsert(condition="NOT s._delete", values={c: f"s.`{c}`" for c in df.columns})
+     .execute())
+    version = table_version(spark, path)
+    metrics = commit_info(spark, path, version).get("operationMetrics") or {}
+    return {"created": False, "version": version,
+            "inserted": int(metrics.get("numTargetRowsInserted", 0)),
+            "updated": int(metrics.get("numTargetRowsUpdated", 0)),
+            "deleted": int(metrics.get("numTargetRowsDeleted", 0))}
 
 
 def merge_table(spark, df, path: str, key: str, *, sync: bool) -> dict[str, Any]:

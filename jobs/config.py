@@ -22,6 +22,8 @@ class IngestSettings:
     files_per_task: int
     record_types: list[str]
     max_payload_bytes: int
+    batch_rows: int
+    batch_bytes: int
 
 
 @dataclass(frozen=True)

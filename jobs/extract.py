@@ -19,17 +19,20 @@ if __name__ == "__main__":
     sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != _here]
 
 import logging
+from dataclasses import asdict
 from typing import Iterator
 
-from jobs.base import SparkJob, merge_table
+from jobs.base import SparkJob, is_empty, merge_table, settings_sha256, upsert_table
 from jobs.config import ExtractSettings
 from jobs.text.main_text import Extracted
 from jobs.text.sandbox import DEFAULT_EXTRACTOR, ExtractionSandbox, load_extractor
 
 log = logging.getLogger("weblm.jobs.extract")
 
+# settings that change how extraction runs, not what it outputs: changing them reprocesses nothing
+OPERATIONAL_SETTINGS = {"sandbox", "timeout_s", "start_timeout_s"}
 SILVER_COLUMNS = ("doc_id", "url", "host", "fetch_time", "title", "text", "language", "n_chars",
-                  "warc_file", "warc_offset")
+                  "warc_file", "warc_offset", "content_sha256")
 _INPUT = ("doc_id", "url", "host", "fetch_time", "status", "content_type", "charset", "html",
           "warc_file", "warc_offset")
 
@@ -106,8 +109,17 @@ class ExtractJob(SparkJob):
         from pyspark.sql import functions as F
 
         cfg = self.cfg.extract
+        settings = settings_sha256({k: v for k, v in asdict(cfg).items() if k not in OPERATIONAL_SETTINGS})
         bronze = spark.read.format("delta").load(self.table("bronze.pages")).select(*_INPUT)
-        rows = (bronze.mapInPandas(lambda batches: extract_batches(batches, cfg), output_schema())
+        todo = self.pending_inputs(spark, bronze, "doc_id", settings, args.full)
+        self.metrics.extra.update(table="silver.documents", mode="full" if args.full else "incremental",
+                                  settings_sha256=settings)
+        if is_empty(todo):
+            log.info("extract: nothing new in bronze.pages since the last run; no table changed")
+            self.metrics.extra["table_version"] = None
+            return
+        rows = (todo.mapInPandas(lambda batches: extract_batches(batches, cfg), output_schema())
+                .withColumn("content_sha256", F.sha2(F.col("text"), 256))
                 .persist(StorageLevel.MEMORY_AND_DISK))
         try:
             self.metrics.input_rows = rows.count()
@@ -116,13 +128,20 @@ class ExtractJob(SparkJob):
             kept = rows.where(F.col("skip_reason").isNull())
             decoding = {r[0]: r[1] for r in kept.groupBy("decode_source").count().collect()}
             replaced = kept.agg(F.sum("replacements"), F.sum(F.when(F.col("replacements") > 0, 1))).first()
-            result = merge_table(spark, kept.select(*SILVER_COLUMNS), self.table("silver.documents"),
-                                 "doc_id", sync=True)
+            silver = self.table("silver.documents")
+            if args.full:  # the table becomes exactly what this run extracted
+                result = merge_table(spark, kept.select(*SILVER_COLUMNS), silver, "doc_id", sync=True)
+            else:  # new documents in; documents re-extracted under new settings updated, or removed if now skipped
+                result = upsert_table(spark, kept.select(*SILVER_COLUMNS), silver, "doc_id",
+                                      delete_keys=rows.where(F.col("skip_reason").isNotNull()).select("doc_id"))
+            self.record_processed(spark, rows.select(
+                "doc_id", F.lit(settings).alias("settings_sha256"),
+                F.coalesce("skip_reason", F.lit("kept")).alias("outcome")), "doc_id")
         finally:
             rows.unpersist()
         self.metrics.output_rows = self.metrics.input_rows - sum(self.metrics.skipped.values())
         self.metrics.extra.update(
-            table="silver.documents", table_version=result["version"], decoded_by=decoding,
+            table_version=result["version"], decoded_by=decoding,
             replacement_chars=int(replaced[0] or 0), docs_with_replacements=int(replaced[1] or 0),
             huge_pages="skipped (reason too_large), not truncated",
             rows_inserted=result["inserted"], rows_updated=result["updated"], rows_deleted=result["deleted"])

@@ -1,11 +1,15 @@
-"""WARC files -> `bronze.pages` (SEAMS §2 -> §3), idempotent: MERGE on doc_id, insert-only.
+"""WARC/ARC files -> `bronze.pages` + `bronze.warc_files` (SEAMS §2 -> §3), incremental and idempotent.
 
-    python -m jobs.ingest [--lake DIR] [-p warc_dir=DIR] [FILE_OR_DIR ...]
+    python -m jobs.ingest [--full] [--lake DIR] [-p warc_dir=DIR|s3://bucket/warc] [FILE_OR_DIR ...]
     spark-submit jobs/ingest.py ...
 
-One or a few complete WARC files per task (`ingest.files_per_task`); each record becomes a page
-or a counted skip (`jobs.warc.records`).  A broken record or file is logged with file, offset
-and what went wrong; the good records before it are kept.
+Lists the files under the inputs (`storage.glob`: local folders and s3:// alike), leaves out those
+that `bronze.warc_files` already holds with status ok at the same size (`--full` reads them all
+again), and reads the rest on the executors as a DataFrame of (file, size) through `mapInArrow`:
+each file becomes page rows, skip rows and one summary row (`jobs.warc.files.read_warc`), so every
+record is accounted for (records_seen == rows + skips).  Pages are MERGEd into `bronze.pages` on
+doc_id (insert-only), then each file's summary is MERGEd into `bronze.warc_files`: a file that failed
+or was read in part is read again by the next run.  A run with nothing new commits nothing.
 """
 import os
 import sys
@@ -16,15 +20,23 @@ if __name__ == "__main__":
     _here = os.path.dirname(os.path.abspath(__file__))
     sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != _here]
 
-import glob
+import argparse
 import logging
 import math
+import uuid
+from collections import Counter
+from datetime import datetime, timezone
 from functools import partial
 
-from jobs.base import SparkJob, merge_table
-from jobs.warc.records import BRONZE_COLUMNS, SKIP_COLUMNS, read_warcs
+import storage
+from jobs.base import SparkJob, merge_table, table_version
+from jobs.warc.files import read_warc
+from jobs.warc.records import BRONZE_COLUMNS, SKIP_COLUMNS
 
 log = logging.getLogger("weblm.jobs.ingest")
+
+PAGES = "bronze.pages"
+FILES = "bronze.warc_files"
 
 
 def bronze_schema():
@@ -47,72 +59,247 @@ def bronze_schema():
     ])
 
 
-def list_warc_files(inputs: list[str], patterns: list[str]) -> list[str]:
-    """Complete WARC files under the given folders (or the files themselves), sorted.
+def warc_files_schema():
+    """`bronze.warc_files`: one row per file ever read, the outcome of its last read (SEAMS §3)."""
+    from pyspark.sql import types as T
+
+    return T.StructType([
+        T.StructField("file", T.StringType()),
+        T.StructField("size", T.LongType()),
+        T.StructField("modified", T.TimestampType()),
+        T.StructField("records_seen", T.LongType()),
+        T.StructField("rows", T.LongType()),
+        T.StructField("skips", T.MapType(T.StringType(), T.LongType())),
+        T.StructField("status", T.StringType()),
+        T.StructField("error", T.StringType()),
+        T.StructField("reader", T.StringType()),
+        T.StructField("ingested_at", T.TimestampType()),
+        T.StructField("run_id", T.StringType()),
+    ])
+
+
+def read_schema():
+    """What the executors return: page, skip and file-summary rows in one table, told apart by `kind`."""
+    from pyspark.sql import types as T
+
+    schema = T.StructType([T.StructField("kind", T.StringType())] + bronze_schema().fields)
+    for name in SKIP_COLUMNS:
+        schema = schema.add(name, T.StringType())
+    return (schema.add("records_seen", T.LongType()).add("rows", T.LongType())
+            .add("skips", T.MapType(T.StringType(), T.LongType()))
+            .add("file_status", T.StringType()).add("file_error", T.StringType()).add("reader", T.StringType()))
+
+
+# -- listing ----------------------------------------------------------------------------------------------
+def _modified(info: dict) -> datetime | None:
+    """A file's modification time from fsspec's `info` (local: mtime; S3: LastModified), if it has one."""
+    value = info.get("mtime", info.get("LastModified", info.get("updated")))
+    if isinstance(value, (int, float)):
+        return datetime.fromtimestamp(value, tz=timezone.utc)
+    if isinstance(value, datetime):
+        return value if value.tzinfo else value.replace(tzinfo=timezone.utc)
+    return None
+
+
+def list_warc_files(inputs: list[str], patterns: list[str]) -> list[dict]:
+    """Complete WARC/ARC files under the given folders (or the files themselves), sorted by path:
+    `{"file", "size", "modified"}` each.  Folders and files may be local paths or URIs (s3://...).
 
     The spider's open files end in `.open` and match none of the patterns, so they are never read.
     """
     found: set[str] = set()
     for item in inputs:
-        item = os.path.abspath(item)  # a command-line argument: relative to where the user runs it
-        if os.path.isdir(item):
+        if not storage.is_uri(item):
+            item = os.path.abspath(item)  # a command-line argument: relative to where the user runs it
+        if storage.isdir(item):
             for pattern in patterns:
-                found.update(p for p in glob.glob(os.path.join(item, "**", pattern), recursive=True)
-                             if os.path.isfile(p))
-        elif os.path.isfile(item):
+                found.update(storage.glob(item, pattern))
+        elif storage.isfile(item):
             found.add(item)
         else:
             raise FileNotFoundError(f"WARC input {item} does not exist; check paths.warc_dir or the arguments")
-    return sorted(found)
+    listed = []
+    for path in sorted(found):
+        info = storage.info(path)
+        listed.append({"file": path, "size": int(info["size"]), "modified": _modified(info)})
+    return listed
 
 
-def _rows(paths, **kwargs):
-    columns = BRONZE_COLUMNS + SKIP_COLUMNS
-    for row in read_warcs(paths, **kwargs):
-        yield tuple(row[c] for c in columns)
+# -- the executors' side -----------------------------------------------------------------------------------
+def read_files(batches, cfg, arrow_schema):
+    """`mapInArrow` body: (file, size) batches in, page/skip/summary rows out as Arrow batches.
+
+    A batch is closed at `cfg.batch_rows` rows or `cfg.batch_bytes` of payload, whichever comes first.
+    """
+    import pyarrow as pa
+
+    names = arrow_schema.names
+    rows: list[dict] = []
+    payload = 0
+    for batch in batches:
+        for file in batch.column("file").to_pylist():
+            for row in read_warc(file, cfg):
+                if row["kind"] == "file":  # `status` of a page is its HTTP status: the file's gets its own column
+                    row = dict(row, file_status=row["status"], file_error=row["error"], status=None, error=None)
+                rows.append({name: row.get(name) for name in names})
+                payload += len(row.get("html") or b"")
+                if len(rows) >= cfg.batch_rows or payload >= cfg.batch_bytes:
+                    yield pa.RecordBatch.from_pylist(rows, schema=arrow_schema)
+                    rows, payload = [], 0
+    if rows:
+        yield pa.RecordBatch.from_pylist(rows, schema=arrow_schema)
 
 
+# -- the job -------------------------------------------------------------------------------------------------
 class IngestJob(SparkJob):
     name = "ingest"
-    description = "WARC files -> bronze.pages (Delta, MERGE on doc_id)"
+    description = "WARC/ARC files -> bronze.pages (MERGE on doc_id) + bronze.warc_files (one row per file)"
 
     def add_arguments(self, parser):
-        parser.add_argument("inputs", nargs="*", help="WARC files or folders (default: paths.warc_dir)")
+        parser.add_argument("inputs", nargs="*", help="WARC files or folders, local or s3:// (default: paths.warc_dir)")
+        try:
+            parser.add_argument("--full", action="store_true",
+                                help="read every file again, also those bronze.warc_files has as ok")
+        except argparse.ArgumentError:  # jobs.base may offer --full to every job; the meaning is the same
+            pass
 
     def run_job(self, spark, args):
         from pyspark import StorageLevel
-        from pyspark.sql import Window, functions as F, types as T
+        from pyspark.sql import functions as F
 
         cfg = self.cfg.ingest
-        files = list_warc_files(args.inputs or [self.paths.warc_dir], cfg.patterns)
-        self.metrics.extra["warc_files"] = len(files)
-        log.info("ingest: %d WARC files, %d per task", len(files), cfg.files_per_task)
-        schema = bronze_schema()
-        for name in SKIP_COLUMNS:
-            schema = schema.add(name, T.StringType())
-        read = partial(_rows, record_types=cfg.record_types, max_payload_bytes=cfg.max_payload_bytes)
-        slices = max(1, math.ceil(len(files) / max(1, cfg.files_per_task)))
-        records = (spark.createDataFrame(spark.sparkContext.parallelize(files, slices).mapPartitions(read), schema)
-                   .persist(StorageLevel.MEMORY_AND_DISK))
+        run_id = uuid.uuid4().hex
+        ingested_at = datetime.now(timezone.utc)
+        inputs = args.inputs or [self.paths.warc_dir]
+        listed = list_warc_files(inputs, cfg.patterns)
+        self.metrics.extra.update(run_id=run_id, warc_files=len(listed))
+        if not listed:
+            log.warning("ingest: no WARC files under %s matching %s: nothing to ingest, no table written; "
+                        "check paths.warc_dir (or the arguments) and that the crawl has closed files there",
+                        ", ".join(inputs), " ".join(cfg.patterns))
+            self.metrics.extra.update(files_to_read=0, files_by_status={})
+            return
+        todo = listed if args.full else self._not_yet_ingested(spark, listed)
+        self.metrics.extra.update(files_already_ingested=len(listed) - len(todo), files_to_read=len(todo))
+        if not todo:
+            log.info("ingest: all %d WARC files are in %s with status ok: nothing new, no table changed",
+                     len(listed), FILES)
+            self.metrics.extra.update(files_by_status={})
+            return
+        log.info("ingest: %d of %d WARC files to read%s, %d per task", len(todo), len(listed),
+                 " (--full)" if args.full else "", cfg.files_per_task)
+
+        from pyspark.sql.pandas.types import to_arrow_schema
+
+        schema = read_schema()
+        arrow_schema = to_arrow_schema(schema, timezone="UTC")
+        files = spark.createDataFrame([(f["file"], f["size"]) for f in todo], "file string, size long")
+        slices = max(1, math.ceil(len(todo) / max(1, cfg.files_per_task)))
+        read = (files.repartition(slices).mapInArrow(partial(read_files, cfg=cfg, arrow_schema=arrow_schema), schema)
+                .persist(StorageLevel.MEMORY_AND_DISK))
         try:
-            self.metrics.input_rows = records.count()
-            self.record_skips(records, "skip_reason", ["warc_file", "warc_offset", "skip_detail"],
-                              routine=["other_record_type"])
-            pages = records.where(F.col("skip_reason").isNull()).select(*BRONZE_COLUMNS)
+            summaries = (read.where("kind = 'file'")
+                         .select("warc_file", "records_seen", "rows", "skips", "reader",
+                                 F.col("file_status").alias("status"), F.col("file_error").alias("error"))
+                         .collect())
+            outcomes = self._account(summaries)
+            self.record_skips(read.where("kind = 'skip'"), "skip_reason",
+                              ["warc_file", "warc_offset", "skip_detail"], routine=["other_record_type"])
+            pages = read.where("kind = 'page'").select(*BRONZE_COLUMNS)
             # the same WARC-Record-ID twice (a file copied under two names): keep the first copy
+            from pyspark.sql import Window
+
             first = Window.partitionBy("doc_id").orderBy("warc_file", "warc_offset")
             ranked = pages.withColumn("_copy", F.row_number().over(first))
             duplicates = ranked.where("_copy > 1").count()
             if duplicates:
                 self.metrics.skip("duplicate_record_id", duplicates)
             unique = ranked.where("_copy = 1").drop("_copy")
-            result = merge_table(spark, unique, self.table("bronze.pages"), "doc_id", sync=False)
+            result = merge_table(spark, unique, self.table(PAGES), "doc_id", sync=False)
         finally:
-            records.unpersist()
+            read.unpersist()
+        # the manifest is written after the pages: a run killed in between reads those files again (idempotently)
+        manifest = self._manifest_rows(todo, outcomes, ingested_at, run_id)
+        files_result = upsert_warc_files(spark, spark.createDataFrame(manifest, warc_files_schema()), self.table(FILES))
         self.metrics.output_rows = result["inserted"]
-        self.metrics.extra.update(table="bronze.pages", table_version=result["version"],
-                                  pages_read=self.metrics.input_rows - sum(self.metrics.skipped.values()),
-                                  rows_inserted=result["inserted"])
+        self.metrics.extra.update(table=PAGES, table_version=result["version"], rows_inserted=result["inserted"],
+                                  pages_read=sum(o["rows"] for o in outcomes.values()),
+                                  files_table=FILES, files_table_version=files_result["version"],
+                                  files_rows_changed=files_result["inserted"] + files_result["updated"])
+        by_status = self.metrics.extra["files_by_status"]
+        if by_status.get("failed", 0) == len(todo):
+            first = next(o["error"] for o in outcomes.values())
+            raise RuntimeError(f"every one of the {len(todo)} WARC files failed (first: {first}); "
+                               f"they are recorded in {FILES} and will be retried: check the storage "
+                               "credentials and that the files are WARC/ARC")
+
+    def _not_yet_ingested(self, spark, listed: list[dict]) -> list[dict]:
+        """Files that bronze.warc_files does not hold as ok at this size (a grown or replaced file is new)."""
+        path = self.table(FILES)
+        if table_version(spark, path) is None:
+            return listed
+        done = {(r["file"], r["size"]) for r in
+                spark.read.format("delta").load(path).where("status = 'ok'").select("file", "size").collect()}
+        return [f for f in listed if (f["file"], f["size"]) not in done]
+
+    def _account(self, summaries) -> dict[str, dict]:
+        """Per-file outcomes into the metrics and the log; failed and partial files are named with their error."""
+        outcomes = {row["warc_file"]: row.asDict() for row in summaries}
+        by_status = Counter(o["status"] for o in outcomes.values())
+        self.metrics.input_rows = sum(o["records_seen"] for o in outcomes.values())
+        self.metrics.extra.update(files_by_status={s: by_status.get(s, 0) for s in ("ok", "partial", "failed")},
+                                  records_seen=self.metrics.input_rows)
+        for file, outcome in sorted(outcomes.items()):
+            if outcome["status"] == "failed":
+                log.error("WARC file %s failed: %s; the job goes on, the next run tries it again", file, outcome["error"])
+            elif outcome["status"] == "partial":
+                log.warning("WARC file %s read in part (%d of %d records as pages): %s", file, outcome["rows"],
+                            outcome["records_seen"], outcome["error"])
+        log.info("ingest: files ok=%d partial=%d failed=%d, %d records seen", by_status.get("ok", 0),
+                 by_status.get("partial", 0), by_status.get("failed", 0), self.metrics.input_rows)
+        return outcomes
+
+    @staticmethod
+    def _manifest_rows(todo: list[dict], outcomes: dict[str, dict], ingested_at: datetime, run_id: str) -> list[tuple]:
+        rows = []
+        for f in todo:
+            o = outcomes.get(f["file"]) or {  # a file with no summary row: its task never reported it
+                "records_seen": 0, "rows": 0, "skips": {}, "status": "failed", "reader": None,
+                "error": "no summary came back from the executors; run ingest again"}
+            rows.append((f["file"], f["size"], f["modified"], o["records_seen"], o["rows"],
+                         dict(sorted((o["skips"] or {}).items())), o["status"], o["error"], o["reader"],
+                         ingested_at, run_id))
+        return rows
+
+
+
+def upsert_warc_files(spark, df, path: str) -> dict:
+    """MERGE per-file outcomes on `file`: insert new files, update those whose outcome changed.
+
+    `ingested_at` and `run_id` alone do not make a change, so re-reading a partial file that reads the
+    same way again commits nothing.  (`jobs.base.merge_table` cannot do this: it compares every
+    column, and Spark cannot compare the `skips` map; here maps are compared as sorted JSON.)
+    """
+    from delta.tables import DeltaTable
+    from pyspark.sql import functions as F
+
+    if not DeltaTable.isDeltaTable(spark, path):
+        df.write.format("delta").mode("errorifexists").save(path)
+        return {"inserted": df.count(), "updated": 0, "version": table_version(spark, path)}
+    outcome = ("size", "modified", "records_seen", "rows", "status", "error", "reader")
+    differs = " OR ".join([f"NOT (t.`{c}` <=> s.`{c}`)" for c in outcome] +
+                          ["NOT (to_json(t.skips) <=> to_json(s.skips))"])
+    target = spark.read.format("delta").load(path)
+    pending = (df.alias("s").join(target.alias("t"), F.col("s.file") == F.col("t.file"), "left")
+               .where(f"t.file IS NULL OR {differs}").limit(1).count())
+    if not pending:
+        return {"inserted": 0, "updated": 0, "version": table_version(spark, path)}
+    (DeltaTable.forPath(spark, path).alias("t").merge(df.alias("s"), "t.file = s.file")
+     .whenMatchedUpdateAll(condition=differs).whenNotMatchedInsertAll().execute())
+    version = table_version(spark, path)
+    history = DeltaTable.forPath(spark, path).history(1).select("operationMetrics").first()[0] or {}
+    return {"inserted": int(history.get("numTargetRowsInserted", 0)),
+            "updated": int(history.get("numTargetRowsUpdated", 0)), "version": version}
 
 
 if __name__ == "__main__":

@@ -8,12 +8,11 @@ from __future__ import annotations
 
 import hashlib
 import io
-import os
-from pathlib import Path
 from typing import Iterable, Iterator
 
 import sentencepiece as spm
 
+import storage
 from jobs.config import TokenizeSettings
 
 MODEL_FILE = "spm.model"
@@ -46,19 +45,33 @@ def sha256_hex(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def save_model(model: bytes, tokenizer_dir: str, prefix_len: int) -> Path:
-    """`<tokenizer_dir>/<sha256 prefix>/spm.model`, written atomically; an existing copy is reused."""
+def model_path(tokenizer_dir: str, digest: str, prefix_len: int) -> str:
+    """`<tokenizer_dir>/<sha256 prefix>/spm.model`: a local path or a URI, like `tokenizer_dir`."""
+    return storage.join(tokenizer_dir, digest[:prefix_len], MODEL_FILE)
+
+
+def save_model(model: bytes, tokenizer_dir: str, prefix_len: int) -> str:
+    """Write the model to its content-addressed place, all-or-nothing; an existing copy is reused."""
     digest = sha256_hex(model)
-    path = Path(tokenizer_dir) / digest[:prefix_len] / MODEL_FILE
-    if path.exists():
-        if sha256_hex(path.read_bytes()) != digest:
+    path = model_path(tokenizer_dir, digest, prefix_len)
+    if storage.exists(path):
+        if sha256_hex(storage.read_bytes(path)) != digest:
             raise RuntimeError(f"{path} exists with other content than sha256 {digest}; remove it and rerun")
         return path
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(f".tmp{os.getpid()}")
-    tmp.write_bytes(model)
-    os.replace(tmp, path)
+    storage.write_bytes(path, model)
     return path
+
+
+def load_model(tokenizer_dir: str, digest: str, prefix_len: int) -> tuple[str, bytes]:
+    """The model with this sha256 from `tokenizer_dir`, checked; a clear error when it is missing or altered."""
+    path = model_path(tokenizer_dir, digest, prefix_len)
+    if not storage.exists(path):
+        raise FileNotFoundError(f"tokenizer {digest[:12]}… is missing at {path}; rerun jobs.tokenize (with --full "
+                                "to train a new one) or restore the model")
+    model = storage.read_bytes(path)
+    if sha256_hex(model) != digest:
+        raise ValueError(f"{path} has sha256 {sha256_hex(model)[:12]}…, expected {digest[:12]}…")
+    return path, model
 
 
 def processor(model: bytes, digest: str | None = None) -> spm.SentencePieceProcessor:

@@ -5,7 +5,8 @@ from deltalake import DeltaTable
 
 from conftest import CP1252_TEXT, FOOTER
 
-SILVER = ["doc_id", "url", "host", "fetch_time", "title", "text", "language", "n_chars", "warc_file", "warc_offset"]
+SILVER = ["doc_id", "url", "host", "fetch_time", "title", "text", "language", "n_chars", "warc_file", "warc_offset",
+          "content_sha256"]
 
 
 def test_silver_has_the_main_text_of_html_pages_only(pipeline):

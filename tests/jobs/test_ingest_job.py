@@ -7,6 +7,8 @@ from warcio.archiveiterator import ArchiveIterator
 from conftest import PAGES
 from jobs.ingest import IngestJob
 
+WARC_FILES = ["file", "size", "modified", "records_seen", "rows", "skips", "status", "error", "reader",
+              "ingested_at", "run_id"]
 BRONZE = ["doc_id", "url", "host", "fetch_time", "status", "content_type", "headers", "html", "charset",
           "payload_digest", "warc_file", "warc_offset", "warc_record_id"]
 
@@ -39,17 +41,35 @@ def test_offsets_reread_the_same_records(pipeline):
 def test_cut_file_is_counted_and_logged(pipeline, crawl):
     metrics = json.loads((pipeline.lake / "_metrics" / "ingest.json").read_text())
     assert metrics["warc_files"] == 2  # the .open file is not read
+    assert metrics["files_by_status"] == {"ok": 1, "partial": 1, "failed": 0}
     assert metrics["output_rows"] == len(PAGES) + 2
-    cut = [k for k in ("truncated_record", "truncated_file") if k in metrics["skipped"]]
-    assert len(cut) == 1 and metrics["skipped"][cut[0]] == 1
-    example = next(e for e in metrics["skipped_examples"] if e["skip_reason"] == cut[0])
+    assert metrics["skipped"]["truncated_record"] == 1
+    example = next(e for e in metrics["skipped_examples"] if e["skip_reason"] == "truncated_record")
     assert example["warc_file"] == str(crawl.cut_file) and example["warc_offset"] > 0
     assert metrics["input_rows"] == sum(metrics["skipped"].values()) + metrics["pages_read"]
+
+
+def test_warc_files_table_accounts_for_every_record(pipeline, crawl):
+    table = DeltaTable(str(pipeline.lake / "bronze" / "warc_files"))
+    assert [f.name for f in table.schema().fields] == WARC_FILES
+    files = {r["file"]: r for r in table.to_pyarrow_table().to_pylist()}
+    assert set(files) == {str(crawl.good_file), str(crawl.cut_file)}
+    good, cut = files[str(crawl.good_file)], files[str(crawl.cut_file)]
+    assert good["status"] == "ok" and good["error"] is None and good["rows"] == len(PAGES)
+    assert good["size"] == crawl.good_file.stat().st_size and good["modified"] is not None
+    assert cut["status"] == "partial" and "truncated_record" in cut["error"] and cut["rows"] == 2
+    for row in files.values():
+        assert row["records_seen"] == row["rows"] + sum(n for _, n in row["skips"])
+        assert row["reader"] == "fastwarc" and row["run_id"] and row["ingested_at"] is not None
 
 
 def test_rerun_adds_nothing_and_keeps_the_version(pipeline, crawl):
     table, before = bronze_rows(pipeline)
     version = table.version()
+    files_version = DeltaTable(str(pipeline.lake / "bronze" / "warc_files")).version()
     metrics = IngestJob().run(pipeline.args("-p", f"warc_dir={crawl.warc_dir}"))
     table, after = bronze_rows(pipeline)
     assert metrics.output_rows == 0 and table.version() == version and after == before
+    # the partial file is read again, reads the same way, and so changes no row of bronze.warc_files
+    assert metrics.extra["files_to_read"] == 1 and metrics.extra["files_already_ingested"] == 1
+    assert DeltaTable(str(pipeline.lake / "bronze" / "warc_files")).version() == files_version

@@ -7,7 +7,7 @@ from jobs.config import load_jobs_config
 from jobs.text import bpe
 from jobs.tokenize import TokenizeJob
 
-GOLD = ["doc_id", "url", "tokens", "n_tokens", "tokenizer_sha256"]
+GOLD = ["doc_id", "url", "tokens", "n_tokens", "tokenizer_sha256", "text_sha256"]
 
 
 def test_same_sample_same_model_bytes():
@@ -40,7 +40,7 @@ def test_model_is_stored_under_its_hash_and_gold_uses_it(pipeline):
 def test_retrain_gives_the_same_hash_and_leaves_gold_alone(pipeline):
     gold = DeltaTable(str(pipeline.lake / "gold" / "tokens"))
     version = gold.version()
-    again = TokenizeJob().run(pipeline.args())
+    again = TokenizeJob().run(pipeline.args("--full"))
     assert again.extra["tokenizer_sha256"] == pipeline.metrics["tokenize"].extra["tokenizer_sha256"]
     assert again.extra["sample_sha256"] == pipeline.metrics["tokenize"].extra["sample_sha256"]
     assert DeltaTable(str(pipeline.lake / "gold" / "tokens")).version() == version

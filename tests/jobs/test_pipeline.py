@@ -1,0 +1,162 @@
+"""jobs.pipeline: the four stages in order on one Spark session, a failed stage stops the run and says
+what to run next, `--resume` goes on from it without redoing the stages that finished, and a second
+run of a finished stage changes nothing."""
+import contextlib
+import io
+import json
+import os
+import re
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from deltalake import DeltaTable
+
+from jobs.pipeline import STAGE_NAMES, STAGES, PipelineError, Stage, check_order, main, select_stages
+
+ROOT = Path(__file__).resolve().parents[2]
+TABLES = ("bronze/pages", "silver/documents", "gold/tokens")
+
+
+def test_stages_are_listed_after_what_they_read_and_name_their_jobs():
+    assert STAGE_NAMES == ("ingest", "extract", "tokenize", "export")
+    check_order(STAGES)
+    for stage in STAGES:
+        assert stage.job_class().name == stage.name
+    with pytest.raises(ValueError, match="stage b depends on \\['a'\\]"):
+        check_order([Stage("b", "jobs.extract:ExtractJob", ("a",), ""), Stage("a", "jobs.ingest:IngestJob", (), "")])
+
+
+def test_from_only_and_resume_choose_stages_in_pipeline_order():
+    names = lambda stages: [s.name for s in stages]  # noqa: E731
+    assert names(select_stages(None, [], False, None, "state.json")) == list(STAGE_NAMES)
+    assert names(select_stages("tokenize", [], False, None, "state.json")) == ["tokenize", "export"]
+    assert names(select_stages(None, ["export", "ingest"], False, None, "state.json")) == ["ingest", "export"]
+    state = {"stages": {"ingest": {"status": "ok"}, "extract": {"status": "failed"}, "tokenize": {"status": "ok"}}}
+    assert names(select_stages(None, [], True, state, "state.json")) == ["extract", "tokenize", "export"]
+    done = {"stages": {name: {"status": "ok"} for name in STAGE_NAMES}}
+    assert select_stages(None, [], True, done, "state.json") == []
+    with pytest.raises(PipelineError, match="nothing to resume: no pipeline state at state.json"):
+        select_stages(None, [], True, None, "state.json")
+
+
+@dataclass
+class Snapshot:
+    code: int
+    out: str
+    err: str
+    state: dict
+    metrics: dict       # stage -> bytes of <lake>/_metrics/<stage>.json
+    versions: dict      # table -> Delta version
+    manifest: dict | None
+
+
+@dataclass
+class Runs:
+    lake: Path
+    failed: Snapshot
+    resumed: Snapshot
+    again: Snapshot
+
+
+def run_pipeline(lake: Path, shards: Path, argv: list[str]) -> Snapshot:
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main(argv)
+    metrics = {name: (lake / "_metrics" / f"{name}.json").read_bytes() for name in STAGE_NAMES
+               if (lake / "_metrics" / f"{name}.json").exists()}
+    versions = {t: DeltaTable(str(lake / t)).version() for t in TABLES if (lake / t / "_delta_log").exists()}
+    manifest = json.loads((shards / "manifest.json").read_text()) if (shards / "manifest.json").exists() else None
+    state = json.loads((lake / "_pipeline" / "state.json").read_text())
+    return Snapshot(code, out.getvalue(), err.getvalue(), state, metrics, versions, manifest)
+
+
+@pytest.fixture(scope="module")
+def runs(spark, crawl, tmp_path_factory) -> Runs:
+    """Three runs on the fixture crawl: one whose tokenize stage cannot write its model, then `--resume`
+    with that fixed, then `--only export` again."""
+    var = tmp_path_factory.mktemp("pipeline-run")
+    blocker = var / "blocker"
+    blocker.write_text("a file where the tokenizer folder should be\n")
+    common = ["-o", f"paths.var={var}", "-p", f"warc_dir={crawl.warc_dir}", "-o", "extract.sandbox=false",
+              "-o", "tokenize.vocab_size=400", "-o", "export.target_tokens_per_shard=400"]
+    lake, shards = var / "lake", var / "shards"
+    failed = run_pipeline(lake, shards, common + ["-p", f"tokenizer_dir={blocker}/tokenizer"])
+    resumed = run_pipeline(lake, shards, common + ["--resume"])
+    again = run_pipeline(lake, shards, common + ["--only", "export"])
+    return Runs(lake, failed, resumed, again)
+
+
+def summary_lines(out: str) -> list[list[str]]:
+    """`[pipeline] 2/4 extract ok: ...` -> ["2/4", "extract", "ok:"], one per stage that finished."""
+    return [line.split()[1:4] for line in out.splitlines() if re.match(r"\[pipeline\] \d+/\d+ ", line)]
+
+
+def test_a_failed_stage_stops_the_run_and_says_how_to_go_on(runs):
+    failed = runs.failed
+    assert failed.code == 1
+    stages = failed.state["stages"]
+    assert [stages[n]["status"] for n in STAGE_NAMES] == ["ok", "ok", "failed", "pending"]
+    assert failed.state["status"] == "failed" and failed.state["resume_from"] == "tokenize"
+    assert "blocker" in stages["tokenize"]["error"]  # the exception, with the path it could not write
+    assert stages["tokenize"]["metrics"] == str(runs.lake / "_metrics" / "tokenize.json")
+    assert json.loads(failed.metrics["tokenize"])["status"] == "failed"
+    assert stages["ingest"]["output_rows"] > 0 and stages["ingest"]["metrics"].endswith("_metrics/ingest.json")
+    assert "export" not in failed.metrics and failed.manifest is None  # the stage after the failure never ran
+    assert "stage tokenize failed" in failed.err
+    assert "continue from tokenize with these arguments" in failed.err
+    assert "python -m jobs.pipeline --resume -o paths.var=" in failed.err
+    assert summary_lines(failed.out) == [["1/4", "ingest", "ok:"], ["2/4", "extract", "ok:"]]
+
+
+def test_resume_runs_only_the_stages_that_did_not_finish(runs):
+    failed, resumed = runs.failed, runs.resumed
+    assert resumed.code == 0 and resumed.state["status"] == "ok" and resumed.state["resume_from"] is None
+    assert resumed.state["selected"] == ["tokenize", "export"]
+    assert summary_lines(resumed.out) == [["1/2", "tokenize", "ok:"], ["2/2", "export", "ok:"]]
+    for name in ("ingest", "extract"):  # untouched: same record, same metrics file, same table version
+        assert resumed.state["stages"][name] == failed.state["stages"][name]
+        assert resumed.metrics[name] == failed.metrics[name]
+    assert resumed.versions["bronze/pages"] == failed.versions["bronze/pages"]
+    assert resumed.versions["silver/documents"] == failed.versions["silver/documents"]
+    for name in ("tokenize", "export"):
+        assert resumed.state["stages"][name]["status"] == "ok"
+        assert resumed.state["stages"][name]["run_id"] == resumed.state["run_id"] != failed.state["run_id"]
+    assert "gold/tokens" in resumed.versions and resumed.manifest["totals"]["documents"] > 0
+
+
+def test_running_a_finished_stage_again_changes_nothing(runs):
+    resumed, again = runs.resumed, runs.again
+    assert again.code == 0 and again.state["selected"] == ["export"]
+    assert again.state["stages"]["export"]["run_id"] == again.state["run_id"] != resumed.state["run_id"]
+    for name in ("ingest", "extract", "tokenize"):  # the other stages keep their last record
+        assert again.state["stages"][name] == resumed.state["stages"][name]
+    assert again.versions == resumed.versions
+    assert again.manifest == resumed.manifest  # idempotent: the same shards, the same manifest
+
+
+def test_resume_after_a_finished_run_has_nothing_to_do(runs, capsys):
+    var = runs.lake.parent
+    assert main(["-o", f"paths.var={var}", "--resume"]) == 0
+    assert "nothing to resume: every stage finished ok" in capsys.readouterr().out
+
+
+def test_a_bad_setting_stops_the_pipeline_before_any_stage(tmp_path, capsys):
+    assert main(["-o", f"paths.var={tmp_path}", "-o", "extract.no_such_setting=1"]) == 2
+    assert "no_such_setting" in capsys.readouterr().err
+    assert not (tmp_path / "lake" / "_pipeline").exists()
+
+
+def test_the_script_runs_under_spark_submit_despite_jobs_tokenize():
+    """`spark-submit jobs/pipeline.py` puts jobs/ first on sys.path, where jobs/tokenize.py would shadow
+    the standard library's tokenize; the render subcommand needs no session, so this stays quick."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "SPARK_LOCAL_IP": "127.0.0.1", "PYSPARK_PYTHON": sys.executable,
+           "PYSPARK_DRIVER_PYTHON": sys.executable}
+    env.pop("WEBLM_CONF_OVERLAY", None)
+    spark_submit = Path(sys.executable).with_name("spark-submit")
+    done = subprocess.run([str(spark_submit), str(ROOT / "jobs" / "pipeline.py"), "render", "--target", "emr"],
+                          capture_output=True, text=True, env=env, cwd=ROOT, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert json.loads(done.stdout) == json.loads((ROOT / "deploy" / "emr" / "steps.json").read_text())
