@@ -34,7 +34,7 @@ class Uploader:
         self.counts: Counter = Counter()
         self._lock = threading.Lock()
         self._pool = ThreadPoolExecutor(max_workers=max(1, self.settings.workers), thread_name_prefix=name)
-        self._pending: dict[str, Future] = {}
+        self._pending: dict[int, Future] = {}  # by future, so a resubmitted path is never dropped by its old upload
         self._stop = threading.Event()
 
     def submit(self, local: str | os.PathLike, dest: str, keep_local: bool = False) -> Future:
@@ -43,11 +43,11 @@ class Uploader:
         with self._lock:
             self.counts["submitted"] += 1
             future = self._pool.submit(self._upload, local, dest, keep_local)
-            self._pending[local] = future
-        future.add_done_callback(lambda _f, key=local: self._forget(key))
+            self._pending[id(future)] = future
+        future.add_done_callback(lambda f: self._forget(id(f)))
         return future
 
-    def _forget(self, key: str) -> None:
+    def _forget(self, key: int) -> None:
         with self._lock:
             self._pending.pop(key, None)
 

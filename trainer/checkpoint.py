@@ -16,7 +16,7 @@ import numpy as np
 import torch
 from megatron.core.tensor_parallel import random as mcore_random
 
-_NAME = re.compile(r"^step-(\d{8})\.pt$")
+CHECKPOINT_NAME = re.compile(r"^step-(\d{8})\.pt$")
 
 
 class Stateful(Protocol):
@@ -50,7 +50,7 @@ def checkpoint_path(folder: Path, step: int) -> Path:
 def list_checkpoints(folder: Path) -> list[Path]:
     if not folder.is_dir():
         return []
-    return sorted(p for p in folder.iterdir() if _NAME.match(p.name))
+    return sorted(p for p in folder.iterdir() if CHECKPOINT_NAME.match(p.name))
 
 
 def latest_checkpoint(folder: Path) -> Path | None:
@@ -58,14 +58,16 @@ def latest_checkpoint(folder: Path) -> Path | None:
     return found[-1] if found else None
 
 
-def save_checkpoint(folder: Path, step: int, parts: dict[str, Stateful], meta: dict[str, Any], keep: int) -> Path:
+def save_checkpoint(folder: Path, step: int, parts: dict[str, Stateful], meta: dict[str, Any],
+                    keep: int | None) -> Path:
+    """Write `step-<step>.pt` atomically; then delete all but the newest `keep` (None: delete nothing)."""
     folder.mkdir(parents=True, exist_ok=True)
     target = checkpoint_path(folder, step)
     payload = {name: part.state_dict() for name, part in parts.items()} | {"meta": meta}
     tmp = target.with_name(target.name + ".tmp")
     torch.save(payload, tmp)
     os.replace(tmp, target)     # atomic on POSIX: readers see the old set or the new file, never half of it
-    for old in list_checkpoints(folder)[:-keep]:
+    for old in list_checkpoints(folder)[:-keep] if keep is not None else ():
         old.unlink()
     return target
 

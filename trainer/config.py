@@ -69,6 +69,12 @@ class ParallelConfig:
 
 
 @dataclass(frozen=True)
+class RemoteConfig:
+    download_attempts: int
+    drain_timeout_s: float
+
+
+@dataclass(frozen=True)
 class TrainerConfig:
     backend: str
     seed: int
@@ -79,6 +85,7 @@ class TrainerConfig:
     data: DataConfig
     schedule: ScheduleConfig
     parallel: ParallelConfig
+    remote: RemoteConfig
 
     def __post_init__(self) -> None:
         m, b, s = self.model, self.batch, self.schedule
@@ -100,6 +107,10 @@ class TrainerConfig:
         for name in ("steps", "log_interval", "checkpoint_interval", "keep_checkpoints"):
             if getattr(s, name) < 1:
                 raise ConfigError(f"schedule.{name} must be >= 1, got {getattr(s, name)}")
+        if self.remote.download_attempts < 1:
+            raise ConfigError(f"remote.download_attempts must be >= 1, got {self.remote.download_attempts}")
+        if self.remote.drain_timeout_s < 0:
+            raise ConfigError(f"remote.drain_timeout_s must be >= 0, got {self.remote.drain_timeout_s}")
 
     @property
     def grad_accumulation(self) -> int:

@@ -30,11 +30,14 @@ class Shard:
 
 @dataclass(frozen=True)
 class Manifest:
-    path: Path
+    path: Path              # the local file read (a staged copy when the manifest lives on object storage)
+    location: str           # where it came from: that local path, absolute, or the URI it was staged from
     sha256: str
     vocab_size: int
     eod_id: int
     tokenizer_sha256: str
+    tokenizer_model: str    # the manifest's tokenizer.model as given: a path or a URI (SEAMS §4)
+    tokenizer_file: str     # where to read that model here: the staged copy of a URI, else tokenizer_model
     dtype: str
     shards: tuple[Shard, ...]
     sources: dict[str, Any]
@@ -56,30 +59,46 @@ def file_sha256(path: Path) -> str:
         return hashlib.file_digest(handle, "sha256").hexdigest()
 
 
-def load_manifest(path: str | Path, verify: bool = True) -> Manifest:
-    """Parse `manifest.json`; with `verify`, check its own hash and every shard's .bin/.idx sha256."""
+def check_manifest(raw: Any, where: str, verify: bool = True) -> dict[str, Any]:
+    """The fields SEAMS §4 requires, and (with `verify`) the manifest's own sha256; returns `raw`."""
+    if not isinstance(raw, dict) or raw.get("format") != FORMAT:
+        found = raw.get("format") if isinstance(raw, dict) else type(raw).__name__
+        raise ManifestError(f"{where}: format {found!r}, this trainer reads {FORMAT!r}")
+    for key in ("tokenizer", "shards", "sha256", "dtype"):
+        if key not in raw:
+            raise ManifestError(f"{where}: missing field {key!r} (SEAMS §4)")
+    if verify and canonical_sha256(raw) != raw["sha256"]:
+        raise ManifestError(f"{where}: sha256 field {raw['sha256'][:12]}… does not match the manifest's content "
+                            f"({canonical_sha256(raw)[:12]}…); the manifest was edited or written by another tool")
+    if not raw["shards"]:
+        raise ManifestError(f"{where}: lists no shards")
+    return raw
+
+
+def parse_manifest_json(text: str | bytes, where: str) -> Any:
+    try:
+        return json.loads(text)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ManifestError(f"{where} is not valid JSON: {exc}") from exc
+
+
+def load_manifest(path: str | Path, verify: bool = True, location: str | None = None,
+                  require_bins: bool = True) -> Manifest:
+    """Parse `manifest.json`; with `verify`, check its own hash and every shard's .bin/.idx sha256.
+
+    `location` is where the file came from when it is a staged copy of a manifest on object storage
+    (trainer/input_cache.py); it is what checkpoints and MLflow record.  `require_bins=False` reads a
+    folder that holds only the docs.jsonl sidecars (provenance needs no tokens).
+    """
     path = Path(path)
     if not path.is_file():
         raise ManifestError(f"no manifest at {path}; run the shard job first (SEAMS §4) or pass --manifest")
-    try:
-        raw = json.loads(path.read_text())
-    except json.JSONDecodeError as exc:
-        raise ManifestError(f"{path} is not valid JSON: {exc}") from exc
-    if raw.get("format") != FORMAT:
-        raise ManifestError(f"{path}: format {raw.get('format')!r}, this trainer reads {FORMAT!r}")
-    for key in ("tokenizer", "shards", "sha256", "dtype"):
-        if key not in raw:
-            raise ManifestError(f"{path}: missing field {key!r} (SEAMS §4)")
-    if verify and canonical_sha256(raw) != raw["sha256"]:
-        raise ManifestError(f"{path}: sha256 field {raw['sha256'][:12]}… does not match the manifest's content "
-                            f"({canonical_sha256(raw)[:12]}…); the manifest was edited or written by another tool")
-    if not raw["shards"]:
-        raise ManifestError(f"{path}: lists no shards")
+    raw = check_manifest(parse_manifest_json(path.read_text(), str(path)), str(path), verify)
     folder = path.parent
     shards = []
     for entry in raw["shards"]:
         prefix = folder / entry["prefix"]
-        for suffix, field in ((".bin", "bin_sha256"), (".idx", "idx_sha256")):
+        for suffix, field in ((".bin", "bin_sha256"), (".idx", "idx_sha256")) if require_bins else ():
             shard_file = prefix.with_name(prefix.name + suffix)
             if not shard_file.is_file():
                 raise ManifestError(f"shard {entry['prefix']}: {shard_file} is missing; the manifest at {path} "
@@ -94,8 +113,10 @@ def load_manifest(path: str | Path, verify: bool = True) -> Manifest:
         shards.append(Shard(prefix=str(prefix), name=entry["prefix"], documents=int(entry["documents"]),
                             tokens=int(entry["tokens"]), docs_path=docs_path))
     tok = raw["tokenizer"]
-    return Manifest(path=path, sha256=raw["sha256"], vocab_size=int(tok["vocab_size"]), eod_id=int(tok["eod_id"]),
-                    tokenizer_sha256=str(tok.get("sha256", "")), dtype=raw["dtype"], shards=tuple(shards),
+    return Manifest(path=path, location=location or str(path.resolve()), sha256=raw["sha256"],
+                    vocab_size=int(tok["vocab_size"]), eod_id=int(tok["eod_id"]),
+                    tokenizer_sha256=str(tok.get("sha256", "")), tokenizer_model=str(tok.get("model", "")),
+                    tokenizer_file=str(tok.get("model", "")), dtype=raw["dtype"], shards=tuple(shards),
                     sources=dict(raw.get("sources", {})), raw=raw)
 
 

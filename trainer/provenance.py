@@ -3,19 +3,28 @@
 Reads the run's `lineage/batches.jsonl` up to the checkpoint's step and the manifest's `docs.jsonl`
 sidecars, and names every document the model trained on: doc_id, URL, how many samples drew on it,
 and the first step that did.  The doc_id leads on to `silver.documents`, `bronze.pages` and the WARC
-record (SEAMS §3), so a checkpoint traces back to the fetched URL.
+record (SEAMS §3), so a checkpoint traces back to the fetched URL.  The checkpoint, the lineage, the
+manifest and `--out` may each be a local path or a URI (s3://…); remote ones are read through
+`paths.cache_dir` (`-o paths.cache_dir=DIR`).
 """
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import sys
+import tempfile
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 from urllib.parse import urlsplit
 
+import storage
+from conf import ConfigError, split_paths_overrides
+from conf.paths import is_uri, load_paths
 from trainer.checkpoint import CheckpointError, read_checkpoint
+from trainer.input_cache import open_manifest
 from trainer.manifest import ManifestError, load_manifest
 
 
@@ -27,17 +36,27 @@ class SeenDocument:
     first_step: int
 
 
-def documents_seen(checkpoint: Path, lineage: Path | None = None) -> tuple[dict, list[SeenDocument]]:
-    """The checkpoint's meta and every document its training steps drew from, most used first."""
-    payload = read_checkpoint(checkpoint)
+def documents_seen(checkpoint: str | Path, lineage: str | Path | None = None,
+                   cache_dir: str | None = None) -> tuple[dict, list[SeenDocument]]:
+    """The checkpoint's meta and every document its training steps drew from, most used first.
+
+    `cache_dir` holds what is fetched from object storage (default: paths.cache_dir).
+    """
+    checkpoint = str(checkpoint)
+    cache = lambda: cache_dir or load_paths().cache_dir   # noqa: E731  (read only when something is remote)
+    payload = _read_checkpoint(checkpoint, cache)
     meta = payload["meta"]
     steps = payload["progress"]["step"]          # steps completed: the updates of steps 0..steps-1
-    lineage = lineage or checkpoint.parent.parent / "lineage" / "batches.jsonl"
-    if not lineage.exists():
+    lineage = str(lineage) if lineage else _default_lineage(checkpoint)
+    if not storage.exists(lineage):
         raise CheckpointError(f"no lineage file {lineage} beside {checkpoint}; pass --lineage")
-    manifest = load_manifest(meta["manifest_path"], verify=False)
+    if is_uri(meta["manifest_path"]):
+        # Only the docs.jsonl sidecars are fetched, and they carry no hash to retry on: one download each.
+        manifest = open_manifest(meta["manifest_path"], cache(), attempts=1, verify=False, shards=False)
+    else:
+        manifest = load_manifest(meta["manifest_path"], verify=False)
     if manifest.sha256 != meta["manifest_sha256"]:
-        raise ManifestError(f"{manifest.path} has changed since {checkpoint} was trained on it "
+        raise ManifestError(f"{manifest.location} has changed since {checkpoint} was trained on it "
                             f"({manifest.sha256[:12]} != {meta['manifest_sha256'][:12]}); its doc_ids may not match")
     urls = {}
     for shard in manifest.shards:
@@ -45,7 +64,7 @@ def documents_seen(checkpoint: Path, lineage: Path | None = None) -> tuple[dict,
             urls.update((row["doc_id"], row.get("url", "")) for row in map(json.loads, handle))
     samples, first = Counter(), {}
     covered = set()
-    with open(lineage) as handle:
+    with storage.open_file(lineage, "rb") as raw, io.TextIOWrapper(raw, encoding="utf-8") as handle:
         for line in handle:
             batch = json.loads(line)
             if batch["step"] >= steps:
@@ -62,15 +81,41 @@ def documents_seen(checkpoint: Path, lineage: Path | None = None) -> tuple[dict,
     return meta, seen
 
 
+def _default_lineage(checkpoint: str) -> str:
+    """`<run>/checkpoints/step-N.pt` -> `<run>/lineage/batches.jsonl`, for paths and URIs alike."""
+    if is_uri(checkpoint):
+        return checkpoint.rsplit("/", 2)[0] + "/lineage/batches.jsonl"
+    return str(Path(checkpoint).parent.parent / "lineage" / "batches.jsonl")
+
+
+def _read_checkpoint(checkpoint: str, cache: Callable[[], str]) -> dict:
+    if not is_uri(checkpoint):
+        return read_checkpoint(Path(checkpoint))
+    Path(cache()).mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=cache(), prefix="provenance-") as folder:
+        local = Path(folder) / checkpoint.rsplit("/", 1)[-1]
+        try:
+            storage.get_file(checkpoint, local)
+        except FileNotFoundError as exc:
+            raise CheckpointError(f"no checkpoint at {checkpoint}") from exc
+        return read_checkpoint(local)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("checkpoint", type=Path)
-    parser.add_argument("--lineage", type=Path, help="batches.jsonl (default: <run>/lineage/batches.jsonl)")
-    parser.add_argument("--out", type=Path, help="write one JSON line per document here")
+    parser.add_argument("checkpoint", help="step-N.pt: a path or a URI")
+    parser.add_argument("--lineage", help="batches.jsonl (default: <run>/lineage/batches.jsonl)")
+    parser.add_argument("--out", help="write one JSON line per document here (a path or a URI)")
+    parser.add_argument("-o", dest="overrides", action="append", default=[], metavar="paths.KEY=VALUE",
+                        help="override conf/paths.yaml, e.g. paths.cache_dir=/scratch/cache")
     args = parser.parse_args(argv)
     try:
-        meta, seen = documents_seen(args.checkpoint, args.lineage)
-    except (CheckpointError, ManifestError, OSError) as exc:
+        other, path_overrides = split_paths_overrides(args.overrides)
+        if other:
+            raise ConfigError(f"-o {other[0]}: provenance reads only conf/paths.yaml; write paths.KEY=VALUE")
+        cache_dir = load_paths(path_overrides).cache_dir
+        meta, seen = documents_seen(args.checkpoint, args.lineage, cache_dir)
+    except (CheckpointError, ManifestError, ConfigError, OSError) as exc:
         print(f"trainer.provenance: {exc}", file=sys.stderr)
         return 2
     hosts = Counter(urlsplit(d.url).hostname or "?" for d in seen)
@@ -79,7 +124,7 @@ def main(argv: list[str] | None = None) -> int:
     for host, n in hosts.most_common():
         print(f"  {n:6d}  {host}")
     if args.out:
-        args.out.write_text("".join(json.dumps(d.__dict__) + "\n" for d in seen))
+        storage.write_text(args.out, "".join(json.dumps(d.__dict__) + "\n" for d in seen))
         print(f"documents: {args.out}")
     return 0
 

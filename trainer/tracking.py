@@ -1,6 +1,11 @@
-"""MLflow for a training run (SEAMS §5): params, per-step metrics, the manifest as dataset input, artifacts."""
+"""MLflow for a training run (SEAMS §5): params, per-step metrics, the manifest as dataset input, artifacts.
+
+The tracking store is a local sqlite file; the experiment's artifacts may be on object storage
+(`paths.mlflow_artifacts` = s3://…), which MLflow reaches with boto3 at the endpoint of conf/storage.yaml.
+"""
 from __future__ import annotations
 
+import logging
 import os
 from pathlib import Path
 from typing import Any
@@ -11,30 +16,50 @@ from mlflow.data.meta_dataset import MetaDataset
 from mlflow.tracking import MlflowClient
 
 from conf import as_dict, flatten
-from conf.paths import Paths
+from conf.paths import Paths, is_uri
+from storage.config import load_storage_config
 from trainer.config import TrainerConfig
 from trainer.manifest import Manifest
 
 DIGEST_CHARS = 36   # the longest dataset digest MLflow's stores accept
 
+log = logging.getLogger("trainer.tracking")
+
 
 def configure(paths: Paths) -> None:
-    """Point MLflow at the sqlite store from paths, creating its folder."""
+    """Point MLflow at the sqlite store from paths, creating its folder, and at the configured S3 endpoint."""
     os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")   # offline: no usage pings
+    s3 = load_storage_config().s3
+    if s3.endpoint_url:   # MLflow's boto3 client reads these; the one place they are configured is conf/storage.yaml
+        os.environ["MLFLOW_S3_ENDPOINT_URL"] = s3.endpoint_url
+        if s3.path_style:
+            os.environ["MLFLOW_BOTO_CLIENT_ADDRESSING_STYLE"] = "path"
     uri = paths.mlflow_tracking_uri
     if uri.startswith("sqlite:///"):
         Path(uri[len("sqlite:///"):]).parent.mkdir(parents=True, exist_ok=True)
     mlflow.set_tracking_uri(uri)
 
 
+def artifact_location(paths: Paths) -> str:
+    """paths.mlflow_artifacts as MLflow spells it: the URI itself, or a local folder as file://."""
+    if is_uri(paths.mlflow_artifacts):
+        return paths.mlflow_artifacts
+    folder = Path(paths.mlflow_artifacts).resolve()
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder.as_uri()
+
+
 def experiment_id(name: str, paths: Paths) -> str:
     client = MlflowClient()
+    wanted = artifact_location(paths)
     found = client.get_experiment_by_name(name)
-    if found is not None:
-        return found.experiment_id
-    artifacts = Path(paths.mlflow_artifacts).resolve()
-    artifacts.mkdir(parents=True, exist_ok=True)
-    return client.create_experiment(name, artifact_location=artifacts.as_uri())
+    if found is None:
+        return client.create_experiment(name, artifact_location=wanted)
+    if found.artifact_location.rstrip("/") != wanted.rstrip("/"):
+        log.warning("MLflow experiment %r keeps the artifact location it was created with, %s, not "
+                    "paths.mlflow_artifacts=%s; to use the new location, name another experiment "
+                    "(-o experiment=NAME)", name, found.artifact_location, wanted)
+    return found.experiment_id
 
 
 def start_run(cfg: TrainerConfig, paths: Paths, manifest: Manifest, model_info: dict[str, Any],
@@ -46,14 +71,15 @@ def start_run(cfg: TrainerConfig, paths: Paths, manifest: Manifest, model_info: 
     run = mlflow.start_run(experiment_id=experiment_id(cfg.experiment, paths))
     params = flatten(as_dict(cfg)) | {"manifest_sha256": manifest.sha256} | model_info
     mlflow.log_params(params)
-    tags = {"tokenizer_sha256": manifest.tokenizer_sha256, "manifest_path": str(manifest.path.resolve()),
-            "backend": cfg.backend}
+    tags = {"tokenizer_sha256": manifest.tokenizer_sha256, "tokenizer_model": manifest.tokenizer_model,
+            "manifest_path": manifest.location, "backend": cfg.backend}
     for table, source in manifest.sources.items():
         tags[f"source.{table}.version"] = str(source.get("version"))
         tags[f"source.{table}.path"] = str(source.get("path"))
     mlflow.set_tags(tags)
     # MLflow caps a dataset digest at 36 characters: the digest is the sha256's prefix, the tag the whole.
-    dataset = MetaDataset(source=resolve_dataset_source(manifest.path.resolve().as_uri()),
+    source = manifest.location if is_uri(manifest.location) else manifest.path.resolve().as_uri()
+    dataset = MetaDataset(source=resolve_dataset_source(source),
                           name=f"shards-{manifest.sha256[:12]}", digest=manifest.sha256[:DIGEST_CHARS])
     mlflow.log_input(dataset, context="training",
                      tags={"manifest_sha256": manifest.sha256, "tokens": str(manifest.total_tokens),
@@ -68,6 +94,12 @@ def log_step(metrics: dict[str, float], step: int) -> None:
 
 def finish(artifacts: list[tuple[Path, str]], status: str = "FINISHED") -> None:
     mlflow.flush_async_logging()
+    run = mlflow.active_run()
     for path, folder in artifacts:
-        mlflow.log_artifact(str(path), artifact_path=folder)
+        try:
+            mlflow.log_artifact(str(path), artifact_path=folder)
+        except Exception as exc:  # noqa: BLE001  (the artifact store is down: the run's own files are safe)
+            log.error("MLflow could not store artifact %s under %s (%s: %s); the file stays at %s, and resuming "
+                      "the run (--resume, same run folder) logs it again", path.name,
+                      run.info.artifact_uri if run else "?", type(exc).__name__, exc, path)
     mlflow.end_run(status=status)

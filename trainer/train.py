@@ -1,63 +1,45 @@
 """Train megatron-core's GPTModel on the shards of a manifest (SEAMS §4) and report per SEAMS §5.
 
-    python -m trainer.train [--manifest PATH] [--out DIR] [--resume] [-o key=value ...]
+    python -m trainer.train [--manifest PATH|URI] [--out DIR|URI] [--resume] [-o key=value ...]
 
 `-o` overrides `conf/trainer.yaml` (e.g. `-o schedule.steps=50`); keys starting with `paths.`
 override `conf/paths.yaml` (e.g. `-o paths.mlflow_tracking_uri=sqlite:////tmp/m.db`).
+Shards and the run folder may be on object storage (s3://, gs://): shards are staged into
+`paths.cache_dir` (trainer/input_cache.py), checkpoints are written to `paths.train_staging` and
+uploaded in the background (trainer/run_folder.py).
 """
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from conf import ConfigError, as_dict, flatten, split_paths_overrides
-from conf.paths import Paths, load_paths
+from conf.paths import Paths, join, load_paths
 from trainer import tracking
 from trainer.backend import open_backend
-from trainer.checkpoint import (CheckpointError, RNGState, latest_checkpoint, list_checkpoints, read_checkpoint,
-                                restore, save_checkpoint)
+from trainer.checkpoint import CheckpointError, RNGState, read_checkpoint, restore
 from trainer.config import TrainerConfig, load_trainer_config
 from trainer.data import Batch, build_datasets, eval_batches, micro_batches
+from trainer.input_cache import open_manifest
 from trainer.lineage import LineageWriter
-from trainer.manifest import Manifest, ManifestError, load_manifest
+from trainer.manifest import Manifest, ManifestError
 from trainer.model import build_model, count_parameters, padded_vocab_size
 from trainer.optim import build_optimizer, build_scheduler
 from trainer.progress import Meter, Progress
+from trainer.run_folder import RunFolder
 
 log = logging.getLogger("trainer")
 
 # Settings that may change between a killed run and its resume; every other one shapes the trajectory.
 RESUMABLE_CHANGES = ("schedule.log_interval", "schedule.checkpoint_interval", "schedule.keep_checkpoints",
-                     "schedule.eval_interval", "schedule.eval_batches", "experiment")
-
-
-@dataclass(frozen=True)
-class RunFiles:
-    out: Path
-
-    @property
-    def checkpoints(self) -> Path:
-        return self.out / "checkpoints"
-
-    @property
-    def lineage(self) -> Path:
-        return self.out / "lineage" / "batches.jsonl"
-
-    @property
-    def result(self) -> Path:
-        return self.out / "result.json"
-
-    def cache(self, manifest_sha: str) -> Path:
-        # Per manifest: megatron's index cache key does not cover file contents.
-        return self.out / "cache" / manifest_sha[:16]
+                     "schedule.eval_interval", "schedule.eval_batches", "experiment", "remote.download_attempts",
+                     "remote.drain_timeout_s")
 
 
 def masked_loss_sum(model: torch.nn.Module, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
@@ -77,10 +59,24 @@ def evaluate(model: torch.nn.Module, batches: list[Batch]) -> float:
 def train(cfg: TrainerConfig, paths: Paths, manifest_path: str | Path | None = None, out: str | Path | None = None,
           resume: bool = False, stop_after: int | None = None) -> dict[str, Any] | None:
     """Run (or resume) training; returns result.json's content, or None when stopped by `stop_after`."""
-    manifest = load_manifest(manifest_path or Path(paths.shards_dir) / "manifest.json")
-    files = RunFiles(Path(out or paths.train_dir))
-    if not resume and list_checkpoints(files.checkpoints):
-        raise CheckpointError(f"{files.checkpoints} holds checkpoints of an earlier run; pass --resume to continue "
+    manifest = open_manifest(str(manifest_path or join(paths.shards_dir, "manifest.json")), paths.cache_dir,
+                             cfg.remote.download_attempts)
+    folder = RunFolder(str(out or paths.train_dir), paths.train_staging, cfg.schedule.keep_checkpoints)
+    completed = False
+    try:
+        result = _train(cfg, paths, manifest, folder, resume, stop_after)
+        completed = True
+        return result
+    finally:   # after a failure, nothing waits: unsent files stay in staging for the next start
+        folder.close(cfg.remote.drain_timeout_s if completed else 0.0)
+
+
+def _train(cfg: TrainerConfig, paths: Paths, manifest: Manifest, folder: RunFolder, resume: bool,
+           stop_after: int | None) -> dict[str, Any] | None:
+    files = folder.files
+    if not resume and folder.checkpoints():
+        where = join(folder.home, "checkpoints")
+        raise CheckpointError(f"{where} holds checkpoints of an earlier run; pass --resume to continue "
                               "it, or choose another --out")
     with open_backend(cfg) as backend:
         datasets = build_datasets(cfg, manifest, files.cache(manifest.sha256))
@@ -92,11 +88,11 @@ def train(cfg: TrainerConfig, paths: Paths, manifest_path: str | Path | None = N
         state = {"model": model, "optimizer": optimizer, "scheduler": scheduler, "progress": progress,
                  "rng": RNGState()}
         if resume:
-            _resume(files, state, cfg, manifest.sha256)
+            _resume(folder, state, cfg, manifest.sha256)
         model_info = {"model.parameters": count_parameters(model), "model.padded_vocab_size": vocab_size}
         run = tracking.start_run(cfg, paths, manifest, model_info, progress.run_id)
         progress.run_id = run.info.run_id
-        lineage = LineageWriter(files.lineage, keep_before=progress.step)
+        lineage = LineageWriter(folder.prepare_lineage(progress.step), keep_before=progress.step)
         val_batches = eval_batches(cfg, datasets)
         meter = Meter(cfg.schedule.steps, progress.step)
         tokens_per_step = cfg.batch.global_batch_size * cfg.model.seq_length
@@ -104,7 +100,7 @@ def train(cfg: TrainerConfig, paths: Paths, manifest_path: str | Path | None = N
                  f"{count_parameters(model):,}", manifest.vocab_size, vocab_size, manifest.total_tokens,
                  len(manifest.shards), cfg.schedule.steps, tokens_per_step)
 
-        checkpoint = latest_checkpoint(files.checkpoints)   # what result.json names if no step is left to run
+        checkpoint = folder.latest_checkpoint()   # what result.json names if no step is left to run
         for step in range(progress.step, cfg.schedule.steps):
             began = time.perf_counter()
             batches, samples = micro_batches(cfg, datasets, step, backend.dp_rank, backend.dims.dp)
@@ -134,8 +130,7 @@ def train(cfg: TrainerConfig, paths: Paths, manifest_path: str | Path | None = N
                          + (f" | val {metrics['val_loss']:.4f}" if "val_loss" in metrics else ""))
             final = step + 1 == cfg.schedule.steps
             if final or (step + 1) % cfg.schedule.checkpoint_interval == 0:
-                checkpoint = save_checkpoint(files.checkpoints, step + 1, state, _meta(cfg, manifest),
-                                             cfg.schedule.keep_checkpoints)
+                checkpoint = folder.save_checkpoint(step + 1, state, _meta(cfg, manifest))
             if stop_after is not None and step + 1 >= stop_after and not final:
                 log.warning("stopping after step %d as asked (--stop-after); resume with --resume", step + 1)
                 lineage.close()
@@ -145,27 +140,31 @@ def train(cfg: TrainerConfig, paths: Paths, manifest_path: str | Path | None = N
         lineage.close()
         result = {"run_id": progress.run_id, "steps": progress.step, "first_loss": progress.first_loss,
                   "last_loss": progress.last_loss, "tokens_seen": progress.tokens_seen,
-                  "checkpoint": str(checkpoint), "lineage": str(files.lineage)}
-        files.result.write_text(json.dumps(result, indent=2) + "\n")
+                  "checkpoint": checkpoint, "lineage": folder.lineage_location}
+        folder.write_result(result)
         tracking.finish([(files.lineage, "lineage"), (files.result, "")])
         rate = meter.steps_per_s(progress.step - 1)
         log.info("done: loss %.4f -> %.4f over %d steps; %.2f steps/s, %s tokens/s wall-clock; result %s",
                  progress.first_loss, progress.last_loss, progress.step, rate, f"{rate * tokens_per_step:,.0f}",
-                 files.result)
+                 folder.location("result.json"))
         return result
 
 
 def _meta(cfg: TrainerConfig, manifest: Manifest) -> dict[str, Any]:
-    # The manifest path lets a checkpoint name the documents it saw (trainer/provenance.py).
-    return {"config": as_dict(cfg), "manifest_sha256": manifest.sha256, "manifest_path": str(manifest.path.resolve())}
+    # The manifest's location (a path or a URI) lets a checkpoint name the documents it saw (trainer/provenance.py).
+    return {"config": as_dict(cfg), "manifest_sha256": manifest.sha256, "manifest_path": manifest.location,
+            "tokenizer_model": manifest.tokenizer_model}
 
 
-def _resume(files: RunFiles, state: dict[str, Any], cfg: TrainerConfig, manifest_sha: str) -> None:
-    path = latest_checkpoint(files.checkpoints)
+def _resume(folder: RunFolder, state: dict[str, Any], cfg: TrainerConfig, manifest_sha: str) -> None:
+    path = folder.latest_checkpoint()
     if path is None:
-        log.warning("--resume: no checkpoint under %s; starting from step 0", files.checkpoints)
+        log.warning("--resume: no checkpoint under %s; starting from step 0", join(folder.home, "checkpoints"))
         return
-    payload = read_checkpoint(path)
+    local, temporary = folder.local_copy(path)
+    payload = read_checkpoint(local)
+    if temporary:
+        local.unlink()
     payload_meta = payload["meta"]
     if payload_meta["manifest_sha256"] != manifest_sha:
         raise CheckpointError(f"{path} was trained on manifest {payload_meta['manifest_sha256'][:12]}…, not "
@@ -185,8 +184,9 @@ def _resume(files: RunFiles, state: dict[str, Any], cfg: TrainerConfig, manifest
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m trainer.train", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--manifest", help="manifest.json (default: <paths.shards_dir>/manifest.json)")
-    parser.add_argument("--out", help="run folder for checkpoints, lineage, result.json (default: paths.train_dir)")
+    parser.add_argument("--manifest", help="manifest.json: a path or a URI (default: <shards_dir>/manifest.json)")
+    parser.add_argument("--out", help="run folder for checkpoints, lineage, result.json, a path or a URI "
+                                      "(default: paths.train_dir)")
     parser.add_argument("--resume", action="store_true", help="continue from the latest checkpoint under --out")
     parser.add_argument("--stop-after", type=int, help="stop after this many steps as if killed (resume drills)")
     parser.add_argument("-o", dest="overrides", action="append", default=[], metavar="KEY=VALUE",

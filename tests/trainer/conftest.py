@@ -26,7 +26,7 @@ def tiny_config(*overrides: str):
 
 
 def tmp_paths(root: Path):
-    return load_paths([f"mlflow_tracking_uri=sqlite:///{root}/mlflow/mlflow.db",
+    return load_paths([f"local={root}/local", f"mlflow_tracking_uri=sqlite:///{root}/mlflow/mlflow.db",
                        f"mlflow_artifacts={root}/mlflow/artifacts", f"train_dir={root}/train",
                        f"shards_dir={root}/shards"])
 

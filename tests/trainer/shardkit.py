@@ -30,8 +30,12 @@ def doc_id_for(shard: int, i: int) -> str:
     return hashlib.sha1(f"shard{shard}-doc{i}".encode()).hexdigest()
 
 
-def build_shards(folder: Path, n_shards: int = 2, docs_per_shard: int = 60, seed: int = 0) -> Path:
-    """Write shard-0000k.{bin,idx,docs.jsonl} and manifest.json; return the manifest path."""
+def build_shards(folder: Path, n_shards: int = 2, docs_per_shard: int = 60, seed: int = 0,
+                 tokenizer: tuple[str, str] = ("var/tokenizer/test/spm.model", "ab" * 32)) -> Path:
+    """Write shard-0000k.{bin,idx,docs.jsonl} and manifest.json; return the manifest path.
+
+    `tokenizer` is the manifest's (model, sha256): a path or URI as the export job writes it.
+    """
     folder.mkdir(parents=True, exist_ok=True)
     rng = np.random.default_rng(seed)
     entries, total_tokens = [], 0
@@ -56,8 +60,8 @@ def build_shards(folder: Path, n_shards: int = 2, docs_per_shard: int = 60, seed
         "sources": {"gold.tokens": {"path": "var/lake/gold/tokens", "version": 3},
                     "silver.documents": {"path": "var/lake/silver/documents", "version": 2},
                     "bronze.pages": {"path": "var/lake/bronze/pages", "version": 1}},
-        "tokenizer": {"type": "sentencepiece-bpe", "model": "var/tokenizer/test/spm.model",
-                      "sha256": "ab" * 32, "vocab_size": VOCAB, "eod_id": EOD, "pad_id": 0},
+        "tokenizer": {"type": "sentencepiece-bpe", "model": tokenizer[0],
+                      "sha256": tokenizer[1], "vocab_size": VOCAB, "eod_id": EOD, "pad_id": 0},
         "dtype": "uint16", "shards": entries,
         "totals": {"documents": n_shards * docs_per_shard, "tokens": total_tokens},
     }

@@ -10,7 +10,7 @@ from mlflow.tracking import MlflowClient
 from trainer.backend import open_backend
 from trainer.data import build_datasets
 from trainer.manifest import load_manifest
-from trainer.train import RunFiles
+from trainer.run_folder import RunFiles
 
 
 def test_loss_falls_on_learnable_data(trained_run):

@@ -1,0 +1,288 @@
+"""Where a run's files go (SEAMS §5): `paths.train_dir` itself, or, when it is a URI, a local staging copy
+that is uploaded in the background.
+
+A local train_dir is written as it always was.  For `s3://…/train`, the trainer writes the same layout
+under `<paths.train_staging>/<train_dir as a folder name>/`: a checkpoint is saved there (atomically) and
+handed to `storage.upload.Uploader`, which deletes the staged file only once the store holds it, so
+`checkpoints/` in staging holds exactly the checkpoints not yet durable.  The lineage and result.json
+are working files in staging, snapshotted into `outbox/` (the train_dir layout) to be uploaded at each
+checkpoint and at the end.  Training never waits for the store, except at the end (`close`), with a
+timeout; whatever is left stays in staging, is counted and logged, and the next start sends it.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import re
+import shutil
+import threading
+import time
+from concurrent.futures import Future
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import storage
+from storage import is_uri, join
+from storage.upload import Uploader, recover
+from trainer.checkpoint import CHECKPOINT_NAME, CheckpointError, list_checkpoints, save_checkpoint
+
+log = logging.getLogger("trainer.run_folder")
+
+LINEAGE = "lineage/batches.jsonl"
+RESULT = "result.json"
+
+
+@dataclass(frozen=True)
+class RunFiles:
+    """The run's files in one local folder (SEAMS §5)."""
+    out: Path
+
+    @property
+    def checkpoints(self) -> Path:
+        return self.out / "checkpoints"
+
+    @property
+    def lineage(self) -> Path:
+        return self.out / LINEAGE
+
+    @property
+    def result(self) -> Path:
+        return self.out / RESULT
+
+    def cache(self, manifest_sha: str) -> Path:
+        # Per manifest: megatron's index cache key does not cover file contents.
+        return self.out / "cache" / manifest_sha[:16]
+
+
+def staging_folder(staging_root: str, train_dir: str) -> Path:
+    """One staging folder per train_dir, so leftovers are only ever sent where they belong."""
+    readable = re.sub(r"[^A-Za-z0-9._-]+", "-", train_dir).strip("-")[-80:]
+    return Path(staging_root) / f"{readable}-{hashlib.sha256(train_dir.encode()).hexdigest()[:8]}"
+
+
+class RunFolder:
+    """A run's checkpoints, lineage and result: written in `files` (local), kept in `home` (train_dir)."""
+
+    def __init__(self, train_dir: str, staging_root: str, keep_checkpoints: int) -> None:
+        self.home = train_dir
+        self.remote = is_uri(train_dir)
+        self.keep = keep_checkpoints
+        self.files = RunFiles(staging_folder(staging_root, train_dir) if self.remote else Path(train_dir))
+        self.uploader: Uploader | None = None
+        self._outbox_uploads: dict[str, Future] = {}
+        self._published: dict[str, tuple[int, int]] = {}   # (size, mtime) of each file's last queued snapshot
+        self._written: set[str] = set()   # working files this process writes (and so sends at the end)
+        self._prune_lock = threading.Lock()
+        if self.remote:
+            self.uploader = Uploader(on_durable=self._on_durable, name="train-upload")
+            self._recover()
+
+    # -- where things are ------------------------------------------------------------------------------------
+    @property
+    def outbox(self) -> Path:
+        return self.files.out / "outbox"
+
+    def location(self, relative: str) -> str:
+        """Where a file of the run lives for people and result.json: under train_dir (a path or a URI)."""
+        return join(self.home, *relative.split("/")) if self.remote else str(self.files.out / relative)
+
+    @property
+    def lineage_location(self) -> str:
+        return self.location(LINEAGE)
+
+    # -- checkpoints -----------------------------------------------------------------------------------------
+    def checkpoints(self) -> list[str]:
+        """Every checkpoint of the run, oldest first: local paths, or URIs (in the store or still staged)."""
+        if not self.remote:
+            return [str(p) for p in list_checkpoints(self.files.checkpoints)]
+        names = {p.name for p in list_checkpoints(self.files.checkpoints)} | set(self._stored_checkpoints())
+        return [self.location(f"checkpoints/{name}") for name in sorted(names)]
+
+    def latest_checkpoint(self) -> str | None:
+        found = self.checkpoints()
+        return found[-1] if found else None
+
+    def save_checkpoint(self, step: int, parts: dict[str, Any], meta: dict[str, Any]) -> str:
+        if not self.remote:
+            return str(save_checkpoint(self.files.checkpoints, step, parts, meta, self.keep))
+        # Staged copies leave only by upload; the store keeps the newest `keep` (pruned as uploads land).
+        path = save_checkpoint(self.files.checkpoints, step, parts, meta, keep=None)
+        destination = self.location(f"checkpoints/{path.name}")
+        self.uploader.submit(path, destination)
+        self.publish(LINEAGE, wait_s=None)
+        return destination
+
+    def local_copy(self, checkpoint: str) -> tuple[Path, bool]:
+        """A local file holding `checkpoint`, and whether it is a copy made for reading it (delete it after)."""
+        if not self.remote:
+            return Path(checkpoint), False
+        name = checkpoint.rsplit("/", 1)[-1]
+        target = self.files.out / "downloads" / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.unlink(missing_ok=True)
+        staged = self.files.checkpoints / name
+        try:   # a hard link (else a copy): the uploader deletes the staged file as soon as the store holds it
+            try:
+                os.link(staged, target)
+            except FileNotFoundError:
+                raise
+            except OSError:   # no hard links on this file system
+                shutil.copyfile(staged, target)
+            return target, True
+        except FileNotFoundError:   # not staged (any more): it is in the store
+            pass
+        began = time.perf_counter()
+        try:
+            storage.get_file(checkpoint, target)
+        except Exception as exc:  # noqa: BLE001  (any client error: say which object and what to check)
+            raise CheckpointError(f"cannot download {checkpoint} ({type(exc).__name__}: {exc}); check that the "
+                                  "store is reachable (conf/storage.yaml) and resume again") from exc
+        log.info("downloaded %s (%.1f MiB) in %.1f s", checkpoint, target.stat().st_size / 2**20,
+                 time.perf_counter() - began)
+        return target, True
+
+    def _stored_checkpoints(self) -> list[str]:
+        folder = join(self.home, "checkpoints")
+        try:
+            found = storage.listdir(folder)
+        except Exception as exc:  # noqa: BLE001  (any client error: the run cannot know its checkpoints)
+            raise CheckpointError(f"cannot list {folder} ({type(exc).__name__}: {exc}); the trainer must know the "
+                                  "run's checkpoints before it starts: check that the store is reachable "
+                                  "(conf/storage.yaml) and start again") from exc
+        return sorted(name for name in (f.rsplit("/", 1)[-1] for f in found) if CHECKPOINT_NAME.match(name))
+
+    def _on_durable(self, local: str, destination: str) -> None:
+        """An upload landed: drop stored checkpoints beyond the newest `keep` of stored and staged ones together."""
+        if not destination.startswith(join(self.home, "checkpoints") + "/"):
+            return
+        with self._prune_lock:
+            try:
+                stored = self._stored_checkpoints()
+                staged = {p.name for p in list_checkpoints(self.files.checkpoints)}
+                keep = set(sorted(set(stored) | staged)[-self.keep:])
+                for name in stored:
+                    if name not in keep:
+                        storage.remove(join(self.home, "checkpoints", name))
+            except Exception as exc:  # noqa: BLE001  (pruning is housekeeping: the next upload prunes again)
+                log.warning("could not prune old checkpoints under %s (%s: %s); the next upload tries again",
+                            self.home, type(exc).__name__, exc)
+
+    # -- lineage and result ----------------------------------------------------------------------------------
+    def prepare_lineage(self, before_step: int) -> Path:
+        """The local lineage file a (resumed) run appends to, holding every step below `before_step`."""
+        path = self.files.lineage
+        self._written.add(LINEAGE)
+        if not self.remote or before_step == 0 or _steps_below(path, before_step) == before_step:
+            return path
+        stored = self.location(LINEAGE)
+        try:
+            if storage.exists(stored):
+                storage.get_file(stored, path)
+                log.info("lineage of steps below %d taken from %s", before_step, stored)
+        except Exception as exc:  # noqa: BLE001  (lineage is a record, not training state: warn and go on)
+            log.warning("could not read %s (%s: %s)", stored, type(exc).__name__, exc)
+        if _steps_below(path, before_step) != before_step:
+            log.warning("the lineage in %s and %s lacks some of the %d steps before this resume; provenance of "
+                        "later checkpoints will say which", path, stored, before_step)
+        return path
+
+    def write_result(self, result: dict[str, Any]) -> None:
+        storage.write_text(str(self.files.result), json.dumps(result, indent=2) + "\n")
+        self._written.add(RESULT)
+        self.publish(RESULT, wait_s=None)
+
+    def publish(self, relative: str, wait_s: float | None) -> bool:
+        """Snapshot a working file into the outbox and queue its upload (remote runs only); True once queued.
+
+        One upload per file at a time, so an older snapshot never lands after a newer one: while the last
+        one is in flight this defers (False), unless `wait_s` allows waiting for it; `close` sends what was
+        deferred.
+        """
+        working = self.files.out / relative
+        if not self.remote or not working.is_file():
+            return True
+        previous = self._outbox_uploads.get(relative)
+        if previous is not None and not previous.done():
+            try:
+                if wait_s is None:
+                    raise TimeoutError
+                previous.exception(timeout=wait_s)
+            except TimeoutError:   # still in flight: `close`, or the next start, sends the newest copy
+                return False
+        stat = working.stat()
+        snapshot = self.outbox / relative
+        snapshot.parent.mkdir(parents=True, exist_ok=True)
+        tmp = snapshot.with_name(f".{snapshot.name}.tmp")
+        shutil.copyfile(working, tmp)
+        os.replace(tmp, snapshot)
+        self._published[relative] = (stat.st_size, stat.st_mtime_ns)
+        self._outbox_uploads[relative] = self.uploader.submit(snapshot, self.location(relative))
+        return True
+
+    def _stale(self, relative: str) -> bool:
+        working = self.files.out / relative
+        if not working.is_file():
+            return False
+        stat = working.stat()
+        return self._published.get(relative) != (stat.st_size, stat.st_mtime_ns)
+
+    # -- start and end ---------------------------------------------------------------------------------------
+    def _recover(self) -> None:
+        """Send what an earlier process left in staging: checkpoints, and the newest lineage/result."""
+        sent = recover(self.uploader, self.files.checkpoints, join(self.home, "checkpoints"), (".pt",))
+        for relative in (LINEAGE, RESULT):
+            if not (self.outbox / relative).is_file():
+                continue
+            if (self.files.out / relative).is_file():   # the working copy is at least as new as its snapshot
+                self.publish(relative, wait_s=None)
+            else:
+                self._outbox_uploads[relative] = self.uploader.submit(self.outbox / relative, self.location(relative))
+            sent += 1
+        if sent:
+            log.warning("%d file(s) an earlier run left in %s are being uploaded to %s", sent, self.files.out,
+                        self.home)
+
+    def close(self, timeout_s: float) -> int:
+        """Send the newest lineage/result, wait (up to `timeout_s`) for every upload, stop the uploader.
+
+        Returns how many files stay in staging for the next start (0 for a local train_dir).
+        """
+        if not self.remote:
+            return 0
+        deadline = time.monotonic() + timeout_s
+        remaining = lambda: max(0.0, deadline - time.monotonic())   # noqa: E731
+        for relative in sorted(self._written):
+            if self._stale(relative):
+                self.publish(relative, wait_s=remaining())
+        pending = self.uploader.pending()
+        if pending:
+            log.info("waiting up to %.0f s for %d upload(s) to %s", remaining(), pending, self.home)
+        self.uploader.close(timeout_s=remaining())
+        left = self.left_in_staging()
+        counts = self.uploader.counts
+        if left:
+            log.error("%d file(s) not yet in %s stay in %s (%d upload attempts failed): %s; the next start with "
+                      "the same train_dir (python -m trainer.train --resume) uploads them", len(left), self.home,
+                      self.files.out, counts["attempts_failed"], ", ".join(left))
+        else:
+            log.info("every file of the run is in %s (%d uploaded, %.1f MiB; %d failed attempts retried)",
+                     self.home, counts["files_uploaded"], counts["bytes_uploaded"] / 2**20,
+                     counts["attempts_failed"])
+        return len(left)
+
+    def left_in_staging(self) -> list[str]:
+        """Staged files the store does not hold yet, relative to the staging folder."""
+        found = list(self.files.checkpoints.glob("step-*.pt")) + list(self.outbox.rglob("*"))
+        return sorted(str(p.relative_to(self.files.out)) for p in found
+                      if p.is_file() and not p.name.startswith("."))
+
+
+def _steps_below(lineage: Path, before_step: int) -> int:
+    if not lineage.is_file():
+        return 0
+    with open(lineage) as handle:
+        return len({step for step in (json.loads(line)["step"] for line in handle if line.strip())
+                    if step < before_step})
