@@ -86,8 +86,9 @@ def run_demo(cfg: DemoConfig, paths: Paths) -> dict:
     jars = sorted(Path(paths.spark_jars_dir).glob("*.jar")) if Path(paths.spark_jars_dir).is_dir() else []
     if jars:
         spark_submit += ["--jars", ",".join(map(str, jars))]
-    for job in ("ingest", "extract", "tokenize", "export"):
-        stages.append(run_stage(job, spark_submit + [str(ROOT / "jobs" / f"{job}.py")], env, logs, cfg))
+    # the Spark stages as users schedule them: one resumable pipeline run (jobs/pipeline.py), one session
+    stages.append(run_stage("jobs", spark_submit + [str(ROOT / "jobs" / "pipeline.py")], env, logs, cfg))
+    stages += pipeline_stage_times(paths)
     stages.append(run_stage("train", [sys.executable, "-m", "trainer.train"], env, logs, cfg))
     checkpoint = json.loads(storage.read_text(storage.join(paths.train_dir, "result.json")))["checkpoint"]
     seen = str(Path(paths.local) / "demo" / "documents_seen.jsonl")
@@ -102,6 +103,15 @@ def run_demo(cfg: DemoConfig, paths: Paths) -> dict:
         storage.write_text(str(Path(paths.local) / "demo" / "summary.json"), text)
     summary["summary_path"] = out
     return summary
+
+
+def pipeline_stage_times(paths: Paths) -> list[StageRun]:
+    """Each Spark stage's own time, from the pipeline's run state (`<lake>/_pipeline/state.json`)."""
+    from jobs.pipeline import STATE_FILE, load_pipeline_config
+
+    state = json.loads(storage.read_text(storage.join(paths.lake, load_pipeline_config().state_dir, STATE_FILE)))
+    return [StageRun(f"jobs.{name}", entry.get("seconds") or 0.0, entry.get("metrics") or "")
+            for name, entry in state["stages"].items()]
 
 
 def wipe_previous_run(paths: Paths) -> None:
