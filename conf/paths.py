@@ -22,8 +22,8 @@ _NOT_PATHS = {"root", "mlflow_tracking_uri", "spark_jars_dir"}
 
 
 @dataclass(frozen=True)
-class Paths:
-    root: str
+class _Settings:
+    """conf/paths.yaml's settings as written (before resolution)."""
     var: str
     local: str
     seeds: str
@@ -39,6 +39,12 @@ class Paths:
     mlflow_tracking_uri: str
     mlflow_artifacts: str
     spark_jars_dir: str
+
+
+@dataclass(frozen=True)
+class Paths(_Settings):
+    """Every setting resolved: absolute local paths or URIs, and the root they were resolved from."""
+    root: str
 
     def table(self, name: str) -> str:
         """`bronze.pages` -> `<lake>/bronze/pages` (a local path or a URI, like `lake`)."""
@@ -89,14 +95,14 @@ def _absolute(value: str, root: Path, key: str) -> str:
 def load_paths(overrides: Iterable[str] = (), root: str | os.PathLike | None = None) -> Paths:
     """`conf/paths.yaml` (+ overlays, + `key=value` overrides) with every path absolute or a URI."""
     base = resolve_root(root)
-    raw = load("paths", _RawPaths, overrides)
+    raw = load("paths", _Settings, overrides)
     var = _absolute(raw.var, base, "var")
     local = _absolute(raw.local or (var if not is_uri(var) else "var"), base, "local")
     if is_uri(local):
         raise ConfigError(f"paths.local={raw.local!r} must be on this machine's disk (it holds MLflow's sqlite "
                           "store, caches and upload buffers); put object storage in paths.var")
     resolved = {"root": str(base) if base != Path() else "", "var": var, "local": local}
-    for f in fields(_RawPaths):
+    for f in fields(_Settings):
         if f.name in ("var", "local"):
             continue
         value = getattr(raw, f.name).replace("{var}", var).replace("{local}", local)
@@ -121,26 +127,6 @@ def _tracking_uri(value: str, root: Path) -> str:
                               "use {local} (or an http:// tracking server)")
         return "sqlite:///" + _absolute(db, root, "mlflow_tracking_uri")  # four slashes: an absolute path
     return value
-
-
-@dataclass(frozen=True)
-class _RawPaths:
-    """The file's settings as written (before resolution); Paths adds `root`."""
-    var: str
-    local: str
-    seeds: str
-    warc_dir: str
-    warc_buffer: str
-    crawl_stats: str
-    lake: str
-    tokenizer_dir: str
-    shards_dir: str
-    train_dir: str
-    cache_dir: str
-    train_staging: str
-    mlflow_tracking_uri: str
-    mlflow_artifacts: str
-    spark_jars_dir: str
 
 
 def with_paths(paths: Paths, **changes: str) -> Paths:

@@ -283,6 +283,11 @@ def upsert_table(spark, df, path: str, key: str, delete_keys=None) -> dict[str, 
                         set={c: f"s.`{c}`" for c in df.columns})
      .whenNotMatchedInsert(condition="NOT s._delete", values={c: f"s.`{c}`" for c in df.columns})
      .execute())
+    return _merge_result(spark, path)
+
+
+def _merge_result(spark, path: str) -> dict[str, Any]:
+    """What the MERGE just committed: the new version and its row counts."""
     version = table_version(spark, path)
     metrics = commit_info(spark, path, version).get("operationMetrics") or {}
     return {"created": False, "version": version,
@@ -323,10 +328,5 @@ def merge_table(spark, df, path: str, key: str, *, sync: bool) -> dict[str, Any]
         differs = " OR ".join(f"NOT (t.`{c}` <=> s.`{c}`)" for c in df.columns if c != key)
         merge = merge.whenMatchedUpdateAll(condition=differs or None).whenNotMatchedBySourceDelete()
     merge.whenNotMatchedInsertAll().execute()
-    version = table_version(spark, path)
-    metrics = commit_info(spark, path, version).get("operationMetrics") or {}
-    return {"created": False, "version": version,
-            "inserted": int(metrics.get("numTargetRowsInserted", 0)),
-            "updated": int(metrics.get("numTargetRowsUpdated", 0)),
-            "deleted": int(metrics.get("numTargetRowsDeleted", 0))}
+    return _merge_result(spark, path)
 

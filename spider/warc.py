@@ -25,6 +25,8 @@ from urllib.parse import urlsplit
 from warcio.statusandheaders import StatusAndHeaders, StatusAndHeadersParser
 from warcio.warcwriter import WARCWriter
 
+from storage import fsync_dir  # noqa: F401  (re-exported for the spider's modules)
+
 logger = logging.getLogger(__name__)
 
 OPEN_SUFFIX = ".open"
@@ -207,10 +209,3 @@ class RotatingWarcWriter:
             self.close()
 
 
-def fsync_dir(folder: Path) -> None:
-    """Make a rename (or creation) in `folder` survive a crash of the machine."""
-    fd = os.open(folder, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

@@ -162,7 +162,7 @@ def write_bytes(path: str, data: bytes) -> None:
             out.flush()
             os.fsync(out.fileno())
         os.replace(tmp, target)
-        _fsync_dir(target.parent)
+        fsync_dir(target.parent)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
@@ -187,7 +187,7 @@ def put_file(local: str | os.PathLike, path: str) -> None:
         with open(tmp, "rb+") as f:
             os.fsync(f.fileno())
         os.replace(tmp, target)
-        _fsync_dir(target.parent)
+        fsync_dir(target.parent)
     actual = size(path)
     if actual != expected:
         raise OSError(f"upload of {local} to {path} left {actual} bytes, expected {expected}")
@@ -255,7 +255,8 @@ def walk_files(folder: str) -> Iterator[str]:
             yield _uri(protocol, name)
 
 
-def _fsync_dir(folder: Path) -> None:
+def fsync_dir(folder: str | os.PathLike) -> None:
+    """Make a rename (or creation) in `folder` survive a crash of the machine."""
     fd = os.open(folder, os.O_RDONLY)
     try:
         os.fsync(fd)

@@ -107,7 +107,9 @@ class Uploader:
         if not ok:
             self._stop.set()  # cut the backoff waits short: what is left is retried on the next start
             with self._lock:
-                never_started = [f for f in self._pending.values() if f.cancel()]
+                queued = list(self._pending.values())
+            never_started = [f for f in queued if f.cancel()]  # outside the lock: cancel() runs _forget
+            with self._lock:
                 self.counts["files_left_in_buffer"] += len(never_started)
         self._pool.shutdown(wait=True, cancel_futures=True)
         return ok

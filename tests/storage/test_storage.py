@@ -65,7 +65,7 @@ def test_uploader_survives_an_outage_and_loses_nothing(s3, s3_server, tmp_path, 
     relay.refusing.set()
     for path in files:
         uploader.submit(path, storage.join(s3, "warc", path.name))
-    time.sleep(1.5)
+    time.sleep(4.0)  # longer than s3fs's and botocore's own retries, so the uploader's retries are exercised
     assert all(p.exists() for p in files), "a file left the buffer while the store was refusing"
     assert durable == []
     threading.Timer(0.0, relay.refusing.clear).start()
