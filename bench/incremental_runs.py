@@ -3,8 +3,8 @@
     .venv/bin/python bench/incremental_runs.py [WARC_DIR] [NEW_FRACTION]
 
 WARC_DIR defaults to the last `make demo` crawl (paths.warc_dir), else the shared replay WARC
-(../shared/data/warc/pywb/warcs/iana.warc.gz).  Its records are split at a record boundary into a
-"first crawl" (the first 1 - NEW_FRACTION of them, default 0.9) and a "new crawl" (the rest).  Then,
+(../shared/data/warc/pywb/warcs/iana.warc.gz).  Its fetches are split into a "first crawl" and a
+"new crawl" holding every k-th fetch (k = 1 / NEW_FRACTION, default 10: 10% of the records).  Then,
 on one local Spark session, each stage timed from its own metrics:
   1. full run over the first crawl, on an empty lake;
   2. the same again with nothing new: every table must keep its version;
@@ -40,11 +40,18 @@ def record_spans(path: Path) -> list[tuple[int, int]]:
 
 
 def split(files: list[Path], new_fraction: float, out: Path) -> tuple[Path, Path, int, int]:
-    """Copy the records, byte for byte (each is its own gzip member), into a first and a new crawl."""
+    """Copy the records, byte for byte (each is its own gzip member), into a first and a new crawl.
+
+    Every k-th fetch (a request and its response, adjacent in the spider's files) goes to the new crawl,
+    so that it holds the same mix of pages as the first: a crawl's tail is mostly error pages."""
     spans = [(f, offset, length) for f in files for offset, length in record_spans(f)]
-    cut = int(len(spans) * (1 - new_fraction))
+    every = max(1, round(1 / new_fraction))
+    new_part = [span for i, span in enumerate(spans) if (i // 2) % every == every - 1]
+    chosen = set(new_part)
+    first_part = [span for span in spans if span not in chosen]
+    cut = len(first_part)
     first, new = out / "first" / "crawl-1.warc.gz", out / "new" / "crawl-2.warc.gz"
-    for target, part in ((first, spans[:cut]), (new, spans[cut:])):
+    for target, part in ((first, first_part), (new, new_part)):
         target.parent.mkdir(parents=True)
         with open(target, "wb") as sink:
             for f, offset, length in part:
@@ -66,6 +73,8 @@ def run(var: Path, *extra: str) -> dict[str, float]:
     state = json.loads((var / "lake" / "_pipeline" / "state.json").read_text())
     times = {s: state["stages"][s]["seconds"] for s in STAGES}
     times["total"] = time.monotonic() - started
+    rows = {s: state["stages"][s]["input_rows"] for s in STAGES}
+    print(f"[bench] {var.name}: rows in per stage {rows}")
     return times
 
 

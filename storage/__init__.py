@@ -11,7 +11,7 @@ from __future__ import annotations
 import functools
 import os
 import shutil
-import tempfile
+import uuid
 from pathlib import Path
 from typing import IO, Any, Iterator
 
@@ -155,7 +155,8 @@ def write_bytes(path: str, data: bytes) -> None:
         return
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+    tmp = str(target.parent / f".{target.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)  # the umask applies, as for any file (mkstemp: 0600)
     try:
         with os.fdopen(fd, "wb") as out:
             out.write(data)
