@@ -272,8 +272,10 @@ def upsert_table(spark, df, path: str, key: str, delete_keys=None) -> dict[str, 
         gone = delete_keys.select(key).distinct().join(target.select(key), key)  # only keys that are there
         filler = [F.lit(None).cast(f.dataType).alias(f.name) for f in df.schema.fields if f.name != key]
         changes = changes.unionByName(gone.select(key, *filler).withColumn("_delete", F.lit(True)))
+    # compare with the table's rows for this batch's keys only: a full-table subtract would shuffle every row
+    touched = target.join(df.select(key), key, "left_semi").select(*df.columns)
     pending = (changes.where("_delete").limit(1).count()
-               or changes.where("NOT _delete").drop("_delete").subtract(target.select(*df.columns)).limit(1).count())
+               or changes.where("NOT _delete").drop("_delete").subtract(touched).limit(1).count())
     if not pending:
         return {"created": False, "inserted": 0, "updated": 0, "deleted": 0, "version": table_version(spark, path)}
     differs = " OR ".join(f"NOT (t.`{c}` <=> s.`{c}`)" for c in df.columns if c != key)

@@ -53,7 +53,7 @@ def salvage(open_path: Path) -> Salvage:
         member_ends, tail = _complete_members(stream)
         whole_end = member_ends[-1] if member_ends else 0
         if tail == "error":
-            tail = "zeros" if _all_zeros(stream, whole_end) else "damaged"
+            tail = "zeros" if _cut_then_zeros(stream, whole_end) else "damaged"
         stream.seek(0)
         keep, fetches = _whole_fetches(stream, whole_end, set(member_ends))
     stem = open_path.name[: -len(OPEN_SUFFIX)].removesuffix(".warc.gz")
@@ -152,12 +152,22 @@ def _whole_fetches(stream: BinaryIO, whole_end: int, member_ends: set[int]) -> t
     return keep, fetches
 
 
-def _all_zeros(stream: BinaryIO, start: int) -> bool:
+def _cut_then_zeros(stream: BinaryIO, start: int) -> bool:
+    """After the last whole member: a member cut short (or nothing), then only zeros, as a power loss
+    leaves it.  Whether zlib already failed on the zeros depends on where the cut fell, so the zeros are
+    stripped and what is left must be a clean start of a gzip member."""
     stream.seek(start)
-    while chunk := stream.read(_CHUNK):
-        if chunk.strip(b"\0"):
-            return False
-    return True
+    rest = stream.read().rstrip(b"\0")  # at most one record plus the zeros
+    if not rest:
+        return True
+    inflater = zlib.decompressobj(wbits=31)
+    try:
+        while rest:
+            inflater.decompress(rest, _CHUNK)
+            rest = inflater.unconsumed_tail
+    except zlib.error:
+        return False
+    return not inflater.eof  # a whole member here would have been counted: a cut one is a plain cut
 
 
 def _copy_prefix(source: Path, target: Path, length: int) -> None:

@@ -71,10 +71,12 @@ def test_a_cut_anywhere_keeps_exactly_the_whole_fetches_before_it(tmp_path):
         assert all(ok is not False for _, _, ok in records)
 
 
-def test_zeros_after_a_power_loss_are_a_cut_not_damage(tmp_path):
+@pytest.mark.parametrize("cut_into_next", [0, 1, 37, 100, 400])
+def test_zeros_after_a_power_loss_are_a_cut_not_damage(tmp_path, cut_into_next):
+    """Whether zlib trips over the zeros or reads them as deflate data depends on where the cut fell."""
     data = open_file_with_fetches(tmp_path, 3)
     ends = fetch_ends(data, tmp_path)
-    result = salvage(left_open(tmp_path / "z", data[:ends[1] + 100] + bytes(4096)))
+    result = salvage(left_open(tmp_path / "z", data[:ends[1] + cut_into_next] + bytes(4096)))
     assert result.fetches == 2 and result.damaged is None
     assert result.salvaged.read_bytes() == data[:ends[1]]
 
