@@ -12,6 +12,8 @@ payloads (`count`), which `jobs.warc.files` uses as its independent pass.
 """
 from __future__ import annotations
 
+import abc
+
 import uuid
 import zlib
 from typing import IO, Iterator
@@ -26,7 +28,7 @@ _LZ4_MAGIC = b"\x04\x22\x4d\x18"  # LZ4 frame format, RFC-less but fixed by the 
 _CHUNK = 1 << 16
 
 
-class Record:
+class Record(abc.ABC):
     """One record, whichever library read it: WARC headers, HTTP headers, payload, where it starts."""
 
     rec_type: str
@@ -34,25 +36,29 @@ class Record:
     length: int  # the block's Content-Length, as the record says
 
     @property
+    @abc.abstractmethod
     def offset(self) -> int | None:
         """Where the record starts in the file as stored (compressed offset for per-record gzip/lz4)."""
-        raise NotImplementedError
+        ...
 
     @property
+    @abc.abstractmethod
     def http_headers(self) -> StatusAndHeaders | None:
-        raise NotImplementedError
+        ...
 
     def content_stream(self) -> IO[bytes]:
         """The HTTP payload, transfer- and content-decoded (warcio's rules, lenient)."""
         return ArcWarcRecord("warc", self.rec_type, self.rec_headers, self._raw(), self.http_headers,
                              None, self.length).content_stream()
 
+    @abc.abstractmethod
     def finish(self) -> int:
         """Read the record to its end; returns how many bytes short of Content-Length its block was."""
-        raise NotImplementedError
+        ...
 
     def _raw(self) -> IO[bytes]:
-        raise NotImplementedError
+        """The raw block, for the default `content_stream`; a reader that overrides that needs none."""
+        raise TypeError(f"{type(self).__name__} keeps Record.content_stream, so it must define _raw()")
 
 
 # -- WARC: FastWARC frames records, warcio parses HTTP inside them ----------------------------------
