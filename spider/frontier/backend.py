@@ -1,0 +1,167 @@
+"""The frontier's storage contract: one interface, two implementations (Redis, embedded SQLite).
+
+A backend keeps *where* URLs are; the scheduler (spider/frontier/scheduler.py) decides *what* to crawl
+and *when* a host may be asked again.  Every method is synchronous and called from the scheduler's one
+background thread, never from the reactor.  Every multi-step change is atomic (a Lua script on Redis, a
+transaction on SQLite), so any number of workers may share one backend.
+
+The life of a URL (tests/spider/frontier/contract.py pins every arrow down for both backends):
+
+    add() ──admitted──▶ queued ──lease()──▶ leased ──fetched()──▶ held ──ack()──▶ done (or due, to recrawl)
+                          ▲                   │                     │                       │
+                          └──── requeue() ────┘                     │     due time passed   │
+                          ▲                                         │   (lease() moves it)  │
+                          └──── lease expired (reap) ───────────────┴───────────────────────┘
+
+A host is *idle* (nothing queued), *waiting* (queued, next-allowed time not yet come), *ready*, or *busy*
+(one of its URLs is leased and not yet released).  lease() hands out at most one URL per ready host and makes
+the host busy; release_host() makes it waiting again until the time the caller computed (politeness).  A busy
+host whose worker died becomes ready again when the lease expires.  So two workers never fetch from one host
+at once, and the gap between two fetches is what the releasing worker asked for.
+"""
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class NewUrl:
+    """A URL offered to the frontier; the scheduler has already canonicalized it and run the trap rules."""
+    id: str            # fingerprint of the canonical URL (spider/frontier/canonical.py), 32 hex chars
+    host: str          # politeness key (host by default; domain or IP by configuration)
+    url: str           # the URL to fetch
+    priority: int      # higher first within a host (breadth-first: minus the depth)
+    payload: str       # what the scheduler needs to rebuild the request (JSON), opaque to the backend
+    bloom: tuple[int, int, int]  # three 26-bit hashes of the canonical URL (spider/frontier/bloom.py)
+
+
+@dataclass(frozen=True)
+class HostState:
+    """The politeness record of a host, shared by the whole cluster."""
+    delay_s: float = -1.0      # effective delay (config, or robots.txt Crawl-delay capped); < 0: not set yet
+    errors: int = 0            # consecutive failed fetches (exponential backoff)
+    blocked_until: float = 0.0  # Retry-After: nothing before this time
+    admitted: int = 0          # URLs admitted for this host (the per-host budget counts these)
+
+
+@dataclass(frozen=True)
+class Leased:
+    """A URL handed to one worker, with its host's state at lease time."""
+    id: str
+    host: str
+    payload: str
+    expires: float
+    host_state: HostState = field(default_factory=HostState)
+
+
+@dataclass(frozen=True)
+class RobotsRecord:
+    """A host's robots.txt as the cluster cached it (RFC 9309)."""
+    status: str        # "parsed" (2xx), "allow_all" (4xx), "disallow_all" (5xx, 429, unreachable)
+    body: bytes        # the robots.txt body for "parsed" (at most the size the scheduler keeps), else b""
+    fetched_at: float
+    expires: float     # refetch after this (24 h for answers, a short error TTL for failures)
+    detail: str = ""   # e.g. "HTTP 503" or "TimeoutError", for logs and metrics
+
+
+@dataclass(frozen=True)
+class DigestSeen:
+    """The first capture of a payload digest (for WARC revisit records)."""
+    url: str
+    date: str          # WARC-Date of the original
+    record_id: str     # its WARC-Record-ID
+
+
+class FrontierBackend(ABC):
+    """Storage for the crawl frontier.  Times are UNIX seconds (float) passed in by the caller, so tests can
+    drive the clock; a backend never reads the clock itself."""
+
+    # --- admission -------------------------------------------------------------------------------------
+    @abstractmethod
+    def add(self, urls: list[NewUrl], now: float, max_per_host: int) -> list[str]:
+        """Admit each URL at most once: an atomic Bloom test-and-set per URL.  Returns one outcome per URL, in
+        order: "admitted" (queued; counts against its host's budget), "seen" (the Bloom filter has it: never
+        admitted again, except by recrawl), or "host_budget" (its host already has `max_per_host` admitted URLs;
+        *not* marked seen, so a budget raised later admits it).  `max_per_host` <= 0: no budget.  An idle host
+        that gets a URL becomes waiting until its stored next-allowed time, or ready now if it has none."""
+
+    # --- handing out work ------------------------------------------------------------------------------
+    @abstractmethod
+    def lease(self, max_urls: int, now: float, lease_s: float) -> list[Leased]:
+        """At most `max_urls` URLs, at most one per ready host (next-allowed time <= now), highest priority
+        first within a host and first-in first-out among equals; hosts that waited longest first.  Each URL is
+        leased until `now + lease_s` and its host becomes busy until then.  Before handing out, expired leases
+        and held URLs are put back in their queues (their hosts become ready) and recrawls due by `now` are
+        queued again."""
+
+    @abstractmethod
+    def release_host(self, host: str, next_at: float, state: HostState | None = None) -> None:
+        """The busy host's fetch is over: it may be asked again at `next_at`; `state` (delay, errors, Retry-After
+        block) replaces its stored politeness record when given.  Idle again if nothing is queued for it."""
+
+    @abstractmethod
+    def requeue(self, ids: list[str], now: float) -> None:
+        """Give leased or held URLs back (a retry, a worker closing with work in hand): queued again under their
+        original priority, ahead of URLs admitted after them.  Unknown or already acknowledged ids are ignored."""
+
+    @abstractmethod
+    def fetched(self, ids: list[str], until: float) -> None:
+        """The fetches ended and their records wait to become durable: leased → held until `until`.  A held URL
+        no longer keeps the crawl from ending (pending() leaves it out) but comes back if not acknowledged
+        before `until`."""
+
+    @abstractmethod
+    def renew(self, ids: list[str], until: float) -> None:
+        """Extend leases and holds that this worker still has in hand (a live worker renews; a dead one does
+        not, so its URLs come back soon after it dies)."""
+
+    @abstractmethod
+    def ack(self, ids: list[str], refetch_at: float | None, now: float) -> int:
+        """Their records are durable (or there was nothing to record: robots.txt denied it, the fetch failed for
+        good): done.  With `refetch_at`, the URL comes back in its queue then (recrawl); None forgets it (the
+        Bloom filter still has it).  Only leased or held URLs are acknowledged; an id queued again meanwhile (a
+        retry) is left alone.  Idempotent.  Returns how many were acknowledged now."""
+
+    @abstractmethod
+    def refund(self, hosts: list[str]) -> None:
+        """One admitted URL per entry no longer counts against its host's budget (robots.txt denied it)."""
+
+    # --- politeness and robots.txt, cluster-wide -------------------------------------------------------
+    @abstractmethod
+    def host_state(self, host: str) -> HostState:
+        """The stored politeness record (defaults for an unknown host)."""
+
+    @abstractmethod
+    def robots_get(self, host: str) -> RobotsRecord | None:
+        """The cached robots.txt record of a host, expired or not (the caller checks `expires`)."""
+
+    @abstractmethod
+    def robots_put(self, host: str, record: RobotsRecord) -> None:
+        """Cache a host's robots.txt for the whole cluster."""
+
+    # --- WARC revisit records --------------------------------------------------------------------------
+    @abstractmethod
+    def digest_first(self, digest: str, first: DigestSeen) -> DigestSeen | None:
+        """Atomic test-and-set on payload digests: None when `digest` is new (and `first` is now stored),
+        else the capture stored first."""
+
+    # --- observing -------------------------------------------------------------------------------------
+    @abstractmethod
+    def pending(self, now: float) -> int:
+        """URLs that keep a crawl from ending: queued (ready or waiting) plus leased.  Held and done URLs and
+        recrawls due later do not count."""
+
+    @abstractmethod
+    def counts(self, now: float) -> dict[str, int]:
+        """Gauges for metrics: queued, leased, held, ready_hosts, waiting_hosts, busy_hosts, due (recrawls
+        scheduled), seen (URLs ever admitted), expired_leases (put back since the backend started, cumulative),
+        robots_parsed, robots_allow_all, robots_disallow_all."""
+
+    @abstractmethod
+    def close(self) -> None:
+        """Release connections and files (the state stays for the next run)."""
+
+    @abstractmethod
+    def clear(self) -> None:
+        """Forget the whole frontier (a new crawl); tests and `spider.crawl --fresh-frontier` use it."""

@@ -1,0 +1,63 @@
+-- ARGV: P, now, max_per_host, nstages, (blocks, k, block_bits, cumulative capacity) x nstages,
+--       then per URL: id, host, priority, payload, hash a, hash b, hash c.   Returns one outcome per URL.
+local now, budget, nstages = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
+local stages = {}
+for s = 0, nstages - 1 do
+  local i = 5 + 4 * s
+  stages[s] = {tonumber(ARGV[i]), tonumber(ARGV[i + 1]), tonumber(ARGV[i + 2]), tonumber(ARGV[i + 3])}
+end
+local admitted = tonumber(redis.call('HGET', P .. 'bm', 'admitted') or '0')
+local function stage_for(n)
+  for s = 0, nstages - 1 do if n < stages[s][4] then return s end end
+  return -1
+end
+local function bits(s, a, b, c)
+  local st = stages[s]
+  local step = c
+  if step % 2 == 0 then step = step + 1 end
+  local key = P .. 'bf:' .. s .. ':' .. (a % st[1])
+  local out = {}
+  for i = 0, st[2] - 1 do out[#out + 1] = (b + i * step) % st[3] end
+  return key, out
+end
+
+local out = {}
+local pos = 5 + 4 * nstages
+while pos <= #ARGV do
+  local id, host, prio, payload = ARGV[pos], ARGV[pos + 1], tonumber(ARGV[pos + 2]), ARGV[pos + 3]
+  local a, b, c = tonumber(ARGV[pos + 4]), tonumber(ARGV[pos + 5]), tonumber(ARGV[pos + 6])
+  pos = pos + 7
+  local current = stage_for(admitted)
+  if current < 0 then return redis.error_reply('the URL Bloom filter is full: raise frontier.bloom_capacity') end
+  local seen = false
+  for s = 0, current do
+    local key, offsets = bits(s, a, b, c)
+    local all = true
+    for _, o in ipairs(offsets) do
+      if redis.call('GETBIT', key, o) == 0 then all = false; break end
+    end
+    if all then seen = true; break end
+  end
+  local hkey = P .. 'h:' .. host
+  if seen then
+    out[#out + 1] = 'seen'
+  elseif budget > 0 and tonumber(redis.call('HGET', hkey, 'admitted') or '0') >= budget then
+    out[#out + 1] = 'host_budget'
+  else
+    local key, offsets = bits(current, a, b, c)
+    if redis.call('EXISTS', key) == 0 then  -- full size at once: SETBIT's growth would over-allocate
+      redis.call('SET', key, string.rep('\0', stages[current][3] / 8))
+    end
+    for _, o in ipairs(offsets) do redis.call('SETBIT', key, o, 1) end
+    admitted = admitted + 1
+    redis.call('HINCRBY', hkey, 'admitted', 1)
+    local score = -prio * 1e10 + redis.call('INCR', P .. 'seq')
+    redis.call('HSET', P .. 'e', id, cjson.encode({h = host, s = score, p = payload}))
+    redis.call('ZADD', P .. 'q:' .. host, score, id)
+    redis.call('HINCRBY', P .. 'stat', 'queued', 1)
+    wake(host, now)
+    out[#out + 1] = 'admitted'
+  end
+end
+redis.call('HSET', P .. 'bm', 'admitted', admitted)
+return out

@@ -1,0 +1,27 @@
+-- Shared by every frontier script; one partition's keys all carry the same hash tag, so a script touches one slot.
+-- P = ARGV[1], the partition's key prefix "<namespace>:{<partition>}:".
+local P = ARGV[1]
+
+-- An idle or waiting host with URLs queued is in `ready`, scored by its next-allowed time; a busy one is in `busy`.
+local function wake(host, now)
+  if redis.call('ZSCORE', P .. 'busy', host) then return end
+  if redis.call('ZCARD', P .. 'q:' .. host) == 0 then
+    redis.call('ZREM', P .. 'ready', host)
+    return
+  end
+  if redis.call('ZSCORE', P .. 'ready', host) then return end
+  local next_at = tonumber(redis.call('HGET', P .. 'h:' .. host, 'next') or '0')
+  redis.call('ZADD', P .. 'ready', math.max(now, next_at), host)
+end
+
+-- Put a known entry back in its host's queue under its original score.
+local function requeue(id, now)
+  local raw = redis.call('HGET', P .. 'e', id)
+  if not raw then return false end
+  local e = cjson.decode(raw)
+  if redis.call('ZADD', P .. 'q:' .. e.h, 'NX', e.s, id) == 1 then
+    redis.call('HINCRBY', P .. 'stat', 'queued', 1)
+  end
+  wake(e.h, now)
+  return true
+end

@@ -1,0 +1,35 @@
+-- ARGV: P, now, max_urls, lease_s.  Reaps expired leases and holds, queues due recrawls, then hands out
+-- one URL per ready host.  Returns {id, host, payload, expires, delay, errors, blocked, admitted} per URL.
+local now, max_urls, lease_s = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
+for _, zset in ipairs({'lease', 'held'}) do
+  local ids = redis.call('ZRANGEBYSCORE', P .. zset, '-inf', now, 'LIMIT', 0, 1000)
+  for _, id in ipairs(ids) do
+    redis.call('ZREM', P .. zset, id)
+    if requeue(id, now) then redis.call('HINCRBY', P .. 'stat', 'expired_leases', 1) end
+  end
+end
+for _, id in ipairs(redis.call('ZRANGEBYSCORE', P .. 'due', '-inf', now, 'LIMIT', 0, 1000)) do
+  redis.call('ZREM', P .. 'due', id)
+  requeue(id, now)
+end
+for _, host in ipairs(redis.call('ZRANGEBYSCORE', P .. 'busy', '-inf', now, 'LIMIT', 0, 1000)) do
+  redis.call('ZREM', P .. 'busy', host)  -- its worker died holding it
+  wake(host, now)
+end
+local out = {}
+local hosts = redis.call('ZRANGEBYSCORE', P .. 'ready', '-inf', now, 'LIMIT', 0, max_urls)
+for _, host in ipairs(hosts) do
+  redis.call('ZREM', P .. 'ready', host)
+  local popped = redis.call('ZPOPMIN', P .. 'q:' .. host)
+  if #popped > 0 then
+    local id = popped[1]
+    local expires = now + lease_s
+    redis.call('HINCRBY', P .. 'stat', 'queued', -1)
+    redis.call('ZADD', P .. 'busy', expires, host)
+    redis.call('ZADD', P .. 'lease', expires, id)
+    local e = cjson.decode(redis.call('HGET', P .. 'e', id))
+    local h = redis.call('HMGET', P .. 'h:' .. host, 'delay', 'errors', 'blocked', 'admitted')
+    out[#out + 1] = {id, host, e.p, tostring(expires), h[1] or '-1', h[2] or '0', h[3] or '0', h[4] or '0'}
+  end
+end
+return out

@@ -1,0 +1,260 @@
+"""The frontier contract: every backend (Redis, embedded SQLite) must pass these tests unchanged.
+
+A test module subclasses `FrontierContract` and provides `make_backend(bloom)`: a backend over fresh, empty
+storage (cleared), and `reopen(backend)`: a second backend over the *same* storage (another worker, or the same
+crawl restarted).  Times are passed in explicitly, so nothing here sleeps.
+"""
+from __future__ import annotations
+
+import json
+import random
+import threading
+
+import pytest
+
+from spider.frontier.backend import DigestSeen, FrontierBackend, HostState, NewUrl, RobotsRecord
+from spider.frontier.bloom import BloomLayout, url_hashes
+from spider.frontier.canonical import Canonicalizer
+
+CANON = Canonicalizer([])
+T0 = 1_700_000_000.0
+SMALL = BloomLayout(capacity=1000, fp_rate=1e-6, block_bytes=4096)
+
+
+def url(u: str, priority: int = 0, host: str | None = None) -> NewUrl:
+    host = host or u.split("/")[2]
+    key = CANON.key(u)
+    return NewUrl(key.hex(), host, u, priority, json.dumps({"url": u}), url_hashes(key))
+
+
+def urls_of(leased) -> list[str]:
+    return [json.loads(item.payload)["url"] for item in leased]
+
+
+class FrontierContract:
+    def make_backend(self, bloom: BloomLayout = SMALL) -> FrontierBackend:
+        raise NotImplementedError
+
+    def reopen(self, backend: FrontierBackend) -> FrontierBackend:
+        raise NotImplementedError
+
+    @pytest.fixture
+    def fb(self):
+        backend = self.make_backend()
+        yield backend
+        backend.close()
+
+    # --- admission --------------------------------------------------------------------------------
+    def test_a_url_is_admitted_once(self, fb):
+        assert fb.add([url("http://a.test/1"), url("http://a.test/2")], T0, 0) == ["admitted", "admitted"]
+        assert fb.add([url("http://a.test/1"), url("http://a.test/3"), url("http://a.test/3")], T0, 0) == \
+            ["seen", "admitted", "seen"]
+        assert fb.counts(T0)["seen"] == 3
+        assert fb.pending(T0) == 3
+
+    def test_host_budget_counts_only_admitted_urls_and_does_not_mark_rejected_ones_seen(self, fb):
+        out = fb.add([url(f"http://a.test/{i}") for i in range(3)] + [url("http://a.test/0")], T0, 2)
+        assert out == ["admitted", "admitted", "host_budget", "seen"]
+        assert fb.host_state("a.test").admitted == 2
+        assert fb.add([url("http://a.test/2")], T0, 3) == ["admitted"]  # budget raised: it was never marked seen
+        fb.refund(["a.test"])
+        assert fb.host_state("a.test").admitted == 2
+        assert fb.add([url("http://b.test/0")], T0, 2) == ["admitted"]  # budgets are per host
+
+    # --- leasing and politeness ---------------------------------------------------------------------
+    def test_lease_hands_out_one_url_per_ready_host_and_makes_it_busy(self, fb):
+        fb.add([url(f"http://{h}.test/{i}") for h in "abc" for i in range(3)], T0, 0)
+        first = fb.lease(10, T0, 60)
+        assert sorted(item.host for item in first) == ["a.test", "b.test", "c.test"]
+        assert fb.lease(10, T0 + 1, 60) == []  # all three busy
+        assert fb.counts(T0 + 1)["busy_hosts"] == 3
+        for item in first:
+            fb.fetched([item.id], T0 + 600)
+            fb.release_host(item.host, T0 + 5)
+        assert fb.lease(10, T0 + 4.9, 60) == []  # released, but not before their next-allowed time
+        assert sorted(i.host for i in fb.lease(10, T0 + 5, 60)) == ["a.test", "b.test", "c.test"]
+
+    def test_max_urls_bounds_a_lease(self, fb):
+        fb.add([url(f"http://h{i}.test/") for i in range(10)], T0, 0)
+        assert len(fb.lease(4, T0, 60)) == 4
+        assert len(fb.lease(100, T0, 60)) == 6
+
+    def test_priority_then_first_in_first_out_within_a_host(self, fb):
+        fb.add([url("http://a.test/deep", -3), url("http://a.test/x1", -1), url("http://a.test/seed", 5),
+                url("http://a.test/x2", -1)], T0, 0)
+        order = []
+        now = T0
+        for _ in range(4):
+            (item,) = fb.lease(1, now, 60)
+            order += urls_of([item])
+            fb.ack([item.id], None, now)
+            fb.release_host(item.host, now)
+            now += 1
+        assert order == ["http://a.test/seed", "http://a.test/x1", "http://a.test/x2", "http://a.test/deep"]
+        assert fb.pending(now) == 0
+
+    def test_hosts_that_waited_longest_come_first(self, fb):
+        fb.add([url("http://a.test/1"), url("http://a.test/2"), url("http://b.test/1"), url("http://b.test/2")], T0, 0)
+        items = fb.lease(2, T0, 60)
+        a = next(i for i in items if i.host == "a.test")
+        b = next(i for i in items if i.host == "b.test")
+        fb.release_host("b.test", T0 + 1)
+        fb.release_host("a.test", T0 + 2)
+        assert [i.host for i in fb.lease(1, T0 + 3, 60)] == ["b.test"]
+        assert a.id != b.id
+
+    def test_an_idle_host_keeps_its_next_allowed_time(self, fb):
+        fb.add([url("http://a.test/1")], T0, 0)
+        (item,) = fb.lease(1, T0, 60)
+        fb.ack([item.id], None, T0)
+        fb.release_host("a.test", T0 + 10)  # nothing queued: idle, but still not before T0+10
+        fb.add([url("http://a.test/2")], T0 + 1, 0)
+        assert fb.lease(1, T0 + 9, 60) == []
+        assert urls_of(fb.lease(1, T0 + 10, 60)) == ["http://a.test/2"]
+
+    def test_host_state_travels_with_the_lease_and_is_kept_by_release(self, fb):
+        fb.add([url("http://a.test/1"), url("http://a.test/2")], T0, 0)
+        (item,) = fb.lease(1, T0, 60)
+        assert item.host_state.delay_s < 0 and item.host_state.errors == 0
+        state = HostState(delay_s=2.5, errors=3, blocked_until=T0 + 100, admitted=item.host_state.admitted)
+        fb.release_host("a.test", T0 + 100, state)
+        stored = fb.host_state("a.test")
+        assert (stored.delay_s, stored.errors, stored.blocked_until, stored.admitted) == (2.5, 3, T0 + 100, 2)
+        (again,) = fb.lease(1, T0 + 100, 60)
+        assert again.host_state.delay_s == 2.5 and again.host_state.errors == 3
+
+    # --- leases, holds, acknowledgements ------------------------------------------------------------
+    def test_an_expired_lease_comes_back_and_its_host_is_ready_again(self, fb):
+        fb.add([url("http://a.test/1"), url("http://a.test/2")], T0, 0)
+        (item,) = fb.lease(1, T0, 30)
+        assert fb.lease(1, T0 + 29, 30) == []           # host busy while the lease runs
+        (again,) = fb.lease(1, T0 + 31, 30)             # a dead worker's lease expired
+        assert again.id == item.id                      # the same URL first: it keeps its place
+        assert fb.counts(T0 + 31)["expired_leases"] == 1
+
+    def test_held_urls_do_not_keep_the_crawl_alive_but_come_back_unless_acknowledged(self, fb):
+        fb.add([url("http://a.test/1"), url("http://b.test/1")], T0, 0)
+        a, b = sorted(fb.lease(2, T0, 30), key=lambda i: i.host)
+        fb.fetched([a.id, b.id], T0 + 100)
+        fb.release_host("a.test", T0)
+        fb.release_host("b.test", T0)
+        assert fb.pending(T0 + 1) == 0
+        assert fb.counts(T0 + 1)["held"] == 2
+        assert fb.ack([a.id], None, T0 + 2) == 1
+        assert fb.ack([a.id], None, T0 + 3) == 0        # idempotent
+        assert urls_of(fb.lease(5, T0 + 101, 30)) == ["http://b.test/1"]  # b's record never became durable
+
+    def test_renew_keeps_a_live_workers_leases(self, fb):
+        fb.add([url("http://a.test/1")], T0, 0)
+        (item,) = fb.lease(1, T0, 30)
+        fb.renew([item.id], T0 + 60)
+        assert fb.lease(1, T0 + 45, 30) == []
+        fb.fetched([item.id], T0 + 90)
+        fb.renew([item.id], T0 + 200)
+        fb.release_host("a.test", T0 + 50)
+        assert fb.lease(1, T0 + 150, 30) == []
+        assert len(fb.lease(1, T0 + 201, 30)) == 1
+
+    def test_requeue_puts_urls_back_ahead_of_later_ones_and_ack_leaves_them_alone(self, fb):
+        fb.add([url("http://a.test/1"), url("http://a.test/2")], T0, 0)
+        (item,) = fb.lease(1, T0, 30)
+        fb.fetched([item.id], T0 + 100)
+        fb.requeue([item.id], T0)                       # a retry
+        fb.release_host("a.test", T0 + 1)
+        assert fb.ack([item.id], None, T0) == 0         # the first attempt's record became durable: not done yet
+        (again,) = fb.lease(1, T0 + 1, 30)
+        assert again.id == item.id
+        assert fb.ack([again.id], None, T0 + 2) == 1
+
+    def test_a_recrawl_comes_back_when_due(self, fb):
+        fb.add([url("http://a.test/1")], T0, 0)
+        (item,) = fb.lease(1, T0, 30)
+        fb.ack([item.id], T0 + 1000, T0)
+        fb.release_host("a.test", T0 + 1)
+        assert fb.pending(T0 + 2) == 0 and fb.counts(T0 + 2)["due"] == 1
+        assert fb.lease(1, T0 + 999, 30) == []
+        assert urls_of(fb.lease(1, T0 + 1000, 30)) == ["http://a.test/1"]
+        assert fb.add([url("http://a.test/1")], T0 + 1001, 0) == ["seen"]
+
+    # --- robots.txt and digests ---------------------------------------------------------------------
+    def test_robots_records_are_shared(self, fb):
+        assert fb.robots_get("a.test") is None
+        record = RobotsRecord("parsed", b"User-agent: *\nDisallow: /private\n", T0, T0 + 86400, "HTTP 200")
+        fb.robots_put("a.test", record)
+        other = self.reopen(fb)
+        try:
+            assert other.robots_get("a.test") == record
+        finally:
+            other.close()
+        fb.robots_put("a.test", RobotsRecord("disallow_all", b"", T0, T0 + 60, "HTTP 503"))
+        assert fb.robots_get("a.test").status == "disallow_all"
+        assert fb.counts(T0)["robots_disallow_all"] == 1
+
+    def test_payload_digests_are_test_and_set(self, fb):
+        first = DigestSeen("http://a.test/1", "2026-01-01T00:00:00Z", "<urn:uuid:1>")
+        assert fb.digest_first("sha1:ABC", first) is None
+        assert fb.digest_first("sha1:ABC", DigestSeen("http://b.test/", "2026-01-02T00:00:00Z", "<urn:uuid:2>")) == first
+
+    # --- durability, concurrency, the Bloom filter ------------------------------------------------
+    def test_a_reopened_frontier_resumes_where_it_stopped(self, fb):
+        fb.add([url("http://a.test/1"), url("http://a.test/2"), url("http://b.test/1")], T0, 0)
+        (item,) = [i for i in fb.lease(5, T0, 30) if i.host == "a.test"]
+        fb.close()
+        again = self.reopen(fb)
+        try:
+            assert again.add([url("http://a.test/1")], T0, 0) == ["seen"]
+            assert again.pending(T0) == 3
+            assert sorted(urls_of(again.lease(5, T0 + 31, 30))) == ["http://a.test/1", "http://b.test/1"]
+        finally:
+            again.close()
+
+    def test_workers_sharing_a_frontier_never_lease_a_url_or_a_host_twice(self, fb):
+        fb.add([url(f"http://h{h}.test/{i}") for h in range(20) for i in range(10)], T0, 0)
+        workers = [fb] + [self.reopen(fb) for _ in range(3)]
+        leased: list[list] = [[] for _ in workers]
+        barrier = threading.Barrier(len(workers))
+        STEPS = 25  # 20 hosts x 10 URLs: 10 steps if the workers never got in each other's way
+
+        def work(n: int) -> None:
+            for step in range(STEPS):  # the workers share one clock: every step starts and ends together
+                barrier.wait()
+                got = workers[n].lease(7, T0 + step * 10, 5)
+                leased[n].append(got)
+                barrier.wait()
+                for item in got:
+                    workers[n].ack([item.id], None, T0 + step * 10)
+                    workers[n].release_host(item.host, T0 + step * 10 + 9)
+
+        threads = [threading.Thread(target=work, args=(n,)) for n in range(len(workers))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        for other in workers[1:]:
+            other.close()
+        ids = [i.id for per in leased for batch in per for i in batch]
+        assert len(ids) == len(set(ids)), "a URL was leased twice"
+        assert len(ids) == 200
+        for step in range(STEPS):  # within one time step, a host went to one worker at most once
+            hosts = [i.host for per in leased for i in per[step]]
+            assert len(hosts) == len(set(hosts))
+
+    def test_bloom_filter_has_no_false_negatives_grows_past_its_capacity_and_keeps_its_rate(self):
+        fb = self.make_backend(BloomLayout(capacity=2000, fp_rate=1e-3, block_bytes=1024))
+        try:
+            rng = random.Random(7)
+            added = [url(f"http://h{rng.randrange(50)}.test/{rng.getrandbits(64):x}") for _ in range(6000)]
+            assert set(fb.add(added, T0, 0)) <= {"admitted", "seen"}
+            assert set(fb.add(added, T0, 0)) == {"seen"}  # no false negatives, across the stages it grew
+            fresh = [url(f"http://h{rng.randrange(50)}.test/new/{rng.getrandbits(64):x}") for _ in range(20000)]
+            false_positives = fb.add(fresh, T0, 0).count("seen")
+            assert false_positives <= 3 * 1e-3 * 20000, false_positives
+        finally:
+            fb.close()
+
+    def test_clear_forgets_everything(self, fb):
+        fb.add([url("http://a.test/1")], T0, 0)
+        fb.robots_put("a.test", RobotsRecord("allow_all", b"", T0, T0 + 10))
+        fb.clear()
+        assert fb.pending(T0) == 0 and fb.robots_get("a.test") is None
+        assert fb.add([url("http://a.test/1")], T0, 0) == ["admitted"]
