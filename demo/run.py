@@ -126,6 +126,7 @@ def wipe_previous_run(paths: Paths) -> None:
     if paths.mlflow_tracking_uri.startswith("sqlite:///") and db.startswith(roots[1]):
         Path(db).unlink(missing_ok=True)
     storage.remove(str(Path(paths.local) / "demo"), recursive=True)
+    storage.remove(str(Path(paths.local) / "frontier"), recursive=True)  # the embedded crawl frontier: a new crawl
 
 
 def stage_env() -> dict[str, str]:

@@ -2,13 +2,11 @@
 from __future__ import annotations
 
 import argparse
-import json
 import logging
-import signal
 import sys
-import threading
 
 from localweb.config import load_config
+from localweb.proxy import serve_until_signalled
 from localweb.web import LocalWeb
 
 
@@ -37,12 +35,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"wrote ground truth for {len(web.truth)} URLs on {len(web.hosts)} hosts to {args.out}",
               file=sys.stderr)
     else:
-        stop = threading.Event()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(sig, lambda *_: stop.set())
-        with web:
-            print(json.dumps({"proxy": web.proxy_url, "seeds": web.seeds}), flush=True)
-            stop.wait()
+        serve_until_signalled(web)
         print("local web stopped", file=sys.stderr)
     return 0
 

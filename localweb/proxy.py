@@ -104,3 +104,17 @@ class ProxyHandler(BaseHTTPRequestHandler):
 
     def log_message(self, format: str, *args) -> None:
         log.debug("%s " + format, self.address_string(), *args)
+
+
+def serve_until_signalled(web) -> None:
+    """Serve `web` (a context manager with proxy_url and seeds) until SIGTERM or SIGINT; prints the ready line
+    `{"proxy": ..., "seeds": [...]}` that scripts wait for (SEAMS §1)."""
+    import json
+    import signal
+
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    with web:
+        print(json.dumps({"proxy": web.proxy_url, "seeds": web.seeds}), flush=True)
+        stop.wait()

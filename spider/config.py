@@ -14,7 +14,61 @@ class WarcConfig:
     prefix: str
     max_file_bytes: int
     operator: str
+    max_file_age_s: float
+    queue_records: int
+    metadata: bool
+    revisit: bool
     upload_wait_s: float
+
+
+@dataclass(frozen=True)
+class FrontierConfig:
+    url: str
+    namespace: str
+    partitions: int
+    lease_s: float
+    renew_every_s: float
+    refill_every_s: float
+    buffer: int
+    bloom_capacity: int
+    bloom_fp_rate: float
+    strip_params: list[str]
+    politeness_key: str
+    delay_jitter: float
+    max_backoff_s: float
+    recrawl_after_s: float
+    hot_recrawl_after_s: float
+    error_recrawl_after_s: float
+    seed_boost: int
+    robots_ttl_s: float
+    robots_error_ttl_s: float
+    robots_max_bytes: int
+    robots_max_redirects: int
+    trap_years: list[int]
+    ssrf_allow: list[str]
+    dns_cache_ttl_s: float
+
+    def __post_init__(self) -> None:
+        if self.url and not self.url.startswith(("redis://", "rediss://", "redis+cluster://", "sqlite:///")):
+            raise ValueError(f"frontier.url={self.url!r}: use \"\" (embedded), redis://HOST:PORT/DB, "
+                             f"redis+cluster://HOST:PORT or sqlite:///PATH")
+        if self.politeness_key not in ("host", "domain", "ip"):
+            raise ValueError(f"frontier.politeness_key={self.politeness_key!r}: one of host, domain, ip")
+        if self.partitions < 1:
+            raise ValueError("frontier.partitions must be >= 1")
+        if not 0 < self.renew_every_s < self.lease_s:
+            raise ValueError(f"frontier.renew_every_s ({self.renew_every_s}) must be above 0 and below "
+                             f"frontier.lease_s ({self.lease_s}), or live workers would lose their leases")
+        if self.delay_jitter < 0:
+            raise ValueError("frontier.delay_jitter must be >= 0: jitter only lengthens a gap")
+        if len(self.trap_years) != 2:
+            raise ValueError("frontier.trap_years is [earliest year, years ahead], e.g. [1990, 1]")
+
+
+@dataclass(frozen=True)
+class MetricsConfig:
+    port: int
+    host: str
 
 
 @dataclass(frozen=True)
@@ -47,6 +101,8 @@ class CrawlConfig:
     log_level: str
     scheduler: str
     warc: WarcConfig
+    frontier: FrontierConfig
+    metrics: MetricsConfig
 
     def __post_init__(self) -> None:
         if not self.user_agent:
@@ -57,6 +113,8 @@ class CrawlConfig:
             raise ValueError("crawl.max_repeated_segment must be >= 2 (1 would reject every path)")
         if self.warc.max_file_bytes <= 0:
             raise ValueError("crawl.warc.max_file_bytes must be positive")
+        if self.warc.max_file_age_s <= 0 or self.warc.queue_records < 1:
+            raise ValueError("crawl.warc.max_file_age_s and crawl.warc.queue_records must be positive")
         if self.warc.upload_wait_s < 0:
             raise ValueError("crawl.warc.upload_wait_s must be >= 0 (0 = do not wait; files left are sent next start)")
 

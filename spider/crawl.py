@@ -35,6 +35,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--seeds", help="seed file, one URL per line (default: paths.seeds)")
     parser.add_argument("--warc-dir", help="where WARC files go (default: paths.warc_dir)")
     parser.add_argument("--stats", help="crawl counters JSON (default: paths.crawl_stats)")
+    parser.add_argument("--fresh-frontier", action="store_true",
+                        help="forget the frontier's state first (a new crawl); by default a crawl resumes where the "
+                             "frontier stopped: URLs already fetched come back only when their recrawl is due")
     parser.add_argument("-o", "--override", action="append", default=[], metavar="KEY=VALUE",
                         help="override a conf/crawl.yaml setting, e.g. -o proxy=http://127.0.0.1:8080; "
                              "paths.KEY=VALUE overrides conf/paths.yaml")
@@ -54,7 +57,14 @@ def main(argv: list[str] | None = None) -> int:
     warc_dir = _location(args.warc_dir) if args.warc_dir else paths.warc_dir
     stats_path = _location(args.stats) if args.stats else paths.crawl_stats
 
-    process = CrawlerProcess(scrapy_settings(cfg, warc_dir, stats_file=stats_path, warc_buffer=paths.warc_buffer))
+    if args.fresh_frontier:
+        from spider.frontier.scheduler import open_backend
+        backend = open_backend(cfg, paths.local)
+        backend.clear()
+        backend.close()
+        print(f"spider.crawl: frontier {cfg.frontier.url or 'embedded (paths.local)'} cleared", file=sys.stderr)
+    process = CrawlerProcess(scrapy_settings(cfg, warc_dir, stats_file=stats_path, warc_buffer=paths.warc_buffer,
+                                             local_dir=paths.local))
     crawler = process.create_crawler(WebSpider)
     process.crawl(crawler, seeds=seeds, config=cfg)
     process.start()  # returns after the spider closes: normally, by a limit, or on a signal
@@ -79,6 +89,10 @@ def main(argv: list[str] | None = None) -> int:
                   f"{warc_dir} yet but in the local buffer {upload['buffer']}: {', '.join(upload['files_left'])}. "
                   f"The next crawl started with this buffer uploads them (or copy them there yourself); "
                   f"do not delete the folder.", file=sys.stderr)
+    if result["finish_reason"] == "warc_write_error":
+        print("spider.crawl: stopped because WARC records could not be written (see the CRITICAL line above); "
+              "the files written are whole", file=sys.stderr)
+        return 1
     return 0
 
 

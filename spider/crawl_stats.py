@@ -23,9 +23,11 @@ def _under(stats: Mapping[str, Any], prefix: str) -> dict[str, Any]:
 
 
 def crawl_stats(scrapy_stats: Mapping[str, Any], seeds: int) -> dict[str, Any]:
-    """`pages_fetched` counts response records written (robots.txt answers and retried 5xx included)."""
+    """`pages_fetched` counts fetches recorded: response records (robots.txt answers and retried 5xx included)
+    plus revisit records (a payload already stored, SEAMS §2)."""
     return {
-        "pages_fetched": scrapy_stats.get("weblm/warc/responses", 0),
+        "pages_fetched": scrapy_stats.get("weblm/warc/responses", 0) + scrapy_stats.get("weblm/warc/revisits", 0),
+        "warc_revisits": scrapy_stats.get("weblm/warc/revisits", 0),
         "requests": scrapy_stats.get("downloader/request_count", 0),
         "responses_by_status": _under(scrapy_stats, "downloader/response_status_count/"),
         "robots_denied": scrapy_stats.get("weblm/robots_denied", 0),

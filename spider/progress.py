@@ -41,7 +41,7 @@ class ProgressLog:
     def log(self):
         stats = self.crawler.stats
         now = time.monotonic()
-        pages = stats.get_value("weblm/warc/responses", 0)
+        pages = stats.get_value("weblm/warc/responses", 0) + stats.get_value("weblm/warc/revisits", 0)
         recent = (pages - self.last[1]) / max(now - self.last[0], 1e-9)
         self.last = (now, pages)
         engine = self.crawler.engine

@@ -9,4 +9,4 @@ from spider.settings import scrapy_settings
 
 _paths = load_paths()
 globals().update(scrapy_settings(load_crawl_config(), _paths.warc_dir, stats_file=_paths.crawl_stats,
-                                 seeds_file=_paths.seeds, warc_buffer=_paths.warc_buffer))
+                                 seeds_file=_paths.seeds, warc_buffer=_paths.warc_buffer, local_dir=_paths.local))

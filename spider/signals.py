@@ -15,12 +15,18 @@ warc_file_durable = object()
 file is fsynced and renamed (and the rename fsynced); for object storage once the upload is complete and
 its size checked there.  Never before, so a handler may forget everything the file holds."""
 
+warc_flush_requested = object()
+"""Sent (no arguments) by the frontier when this worker has nothing left to fetch but holds URLs whose records
+are not durable yet: the WARC writer then closes its open file if it holds any fetch (after every fetch
+already captured), so that file becomes durable and `warc_file_durable` acknowledges it, without waiting for
+its size or age.  Safe to send at any time and repeatedly: with nothing new in the file it does nothing."""
+
 
 @dataclass(frozen=True)
 class DurableWarc:
     name: str                    # the file's name, e.g. weblm-20250101120000-00003-4242.warc.gz
     location: str                # where it now lives: a local path or a URI (s3://bucket/warc/<name>)
     bytes: int
-    urls: tuple[str, ...]        # WARC-Target-URI of every response record in it, in file order
-    record_ids: tuple[str, ...]  # their WARC-Record-IDs, aligned with `urls`
+    urls: tuple[str, ...]        # WARC-Target-URI of every fetch in it (response and revisit records), in file order
+    record_ids: tuple[str, ...]  # those records' WARC-Record-IDs, aligned with `urls`
     recovered: bool = False      # written by an earlier crawl process and sent by this one (see warc_upload.py)

@@ -1,35 +1,49 @@
-"""WARC/1.1 output: request/response pairs in size-rotated, gzip-per-record files (SEAMS §2).
+"""WARC/1.1 output: the records of each fetch in size- and age-rotated, gzip-per-record files (SEAMS §2).
 
 warcio builds the records and computes WARC-Block-Digest and WARC-Payload-Digest (sha1, base32).
 This module adds what warcio leaves to its caller: file naming, the `.open` -> final rename
 that lets readers see only complete files, the warcinfo record at the head of every file,
-and rotation by size.  It knows nothing of Scrapy, so it can be tested and reused alone.
+rotation by size and by age, metadata records, and revisit records for payloads already stored.
+It knows nothing of Scrapy or threads, so it can be tested and reused alone; spider/warc_thread.py
+runs it on the crawl's one writer thread.
 
 A file is handed on (`on_closed`) only once it is fsynced and renamed and the rename itself is fsynced:
 from then on a machine crash cannot take it back, which is what "durable" means for a local warc_dir.
+
+A fetch is written as one block of gzip members (response or revisit, then metadata, then request), built
+in memory and appended with plain write(2) calls: a write that fails (disk full) is cut back off the file,
+so the file still ends with a whole fetch, and the request record stays the last record of every fetch
+(what spider/warc_salvage.py cuts a killed crawl's file back to).
 """
 from __future__ import annotations
 
+import base64
+import hashlib
 import logging
 import os
 import re
 import socket
+import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from http import HTTPStatus
 from io import BytesIO
 from pathlib import Path
-from typing import BinaryIO, Callable, Iterable
+from typing import BinaryIO, Callable, Iterable, Protocol
 from urllib.parse import urlsplit
 
 from warcio.statusandheaders import StatusAndHeaders, StatusAndHeadersParser
+from warcio.timeutils import datetime_to_iso_date
 from warcio.warcwriter import WARCWriter
 
+from spider.frontier.backend import DigestSeen
 from storage import fsync_dir  # noqa: F401  (re-exported for the spider's modules)
 
 logger = logging.getLogger(__name__)
 
 OPEN_SUFFIX = ".open"
+WARC_VERSION = "WARC/1.1"
 WARC_SPEC = "https://iipc.github.io/warc-specifications/specifications/warc-format/warc-1.1/"
 # Twisted has already removed the chunked framing from the body it hands over; a block that
 # still said "Transfer-Encoding: chunked" would make readers de-chunk a plain body.  The header
@@ -98,75 +112,159 @@ def request_head(method: str, url: str, headers: HeaderList) -> StatusAndHeaders
     return StatusAndHeaders(f"{method} {target} HTTP/1.1", fields, protocol="", is_http_request=True)
 
 
+
+def warc_date() -> str:
+    """Now as a WARC 1.1 date (UTC, microseconds)."""
+    return datetime_to_iso_date(datetime.now(timezone.utc).replace(tzinfo=None), use_micros=True)
+
+
+def payload_digest(payload: bytes) -> str:
+    """WARC-Payload-Digest as warcio writes it: `sha1:<base32>`."""
+    return "sha1:" + base64.b32encode(hashlib.sha1(payload).digest()).decode("ascii")
+
+
+@dataclass(frozen=True)
+class Fetch:
+    """One fetch as the crawl captured it: everything its records need, nothing of Scrapy."""
+    url: str
+    request: StatusAndHeaders
+    request_body: bytes
+    response: StatusAndHeaders
+    response_body: bytes
+    date: str = field(default_factory=warc_date)  # WARC-Date of all its records: when the response arrived
+    ip_address: str | None = None                 # the address contacted (WARC 1.1 §5.12)
+    truncated: str | None = None                  # WARC-Truncated reason (§5.13) when the body is not whole
+    metadata: dict[str, str] | None = None        # fields of its metadata record; None: no metadata record
+
+    @property
+    def status(self) -> int | None:
+        try:
+            return int(self.response.get_statuscode())
+        except (TypeError, ValueError):
+            return None
+
+    def revisitable(self) -> bool:
+        """Only a whole, non-empty 2xx payload may stand for another (Heritrix dedups 200s only): redirects
+        and errors are kept in full, and a 206 is a part, not the resource."""
+        status = self.status
+        return bool(self.response_body) and not self.truncated and status is not None \
+            and 200 <= status < 300 and status != 206
+
+
+class DigestIndex(Protocol):
+    """Where the first capture of each payload digest is kept (the frontier's, shared by every worker)."""
+
+    def first(self, digest: str, seen: DigestSeen) -> DigestSeen | None:
+        """Atomic test-and-set: None when `digest` is new (`seen` is stored now), else the stored capture."""
+
+
+class LocalDigestIndex:
+    """A process-local DigestIndex, for a crawl without a frontier that shares one (and for tests)."""
+
+    def __init__(self) -> None:
+        self._first: dict[str, DigestSeen] = {}
+        self._lock = threading.Lock()
+
+    def first(self, digest: str, seen: DigestSeen) -> DigestSeen | None:
+        with self._lock:
+            stored = self._first.setdefault(digest, seen)
+        return None if stored is seen else stored
+
+
 @dataclass(frozen=True)
 class ClosedWarc:
     """A finished WARC file on the local disk and the fetches it holds, in file order."""
     path: Path
     bytes: int
-    urls: tuple[str, ...]        # WARC-Target-URI of each response record
-    record_ids: tuple[str, ...]  # WARC-Record-ID of each response record, aligned with `urls`
+    urls: tuple[str, ...]        # WARC-Target-URI of each response and revisit record (each is one fetch)
+    record_ids: tuple[str, ...]  # WARC-Record-ID of each of those records, aligned with `urls`
+
+
+@dataclass(frozen=True)
+class Written:
+    """What became of one fetch: the record id of its response or revisit record."""
+    record_id: str
+    revisit_of: DigestSeen | None  # the capture it refers to when written as a revisit
 
 
 @dataclass
 class WarcCounters:
     files: int = 0
     records: int = 0
-    responses: int = 0
-    bytes: int = 0  # compressed bytes of every file written, the open one included
+    responses: int = 0  # response records
+    revisits: int = 0   # revisit records (fetches whose payload was already stored)
+    bytes: int = 0      # compressed bytes of every file written, the open one included
+    digest_index_errors: int = 0  # lookups that failed: those fetches were stored in full
 
 
 class RotatingWarcWriter:
-    """Writes fetches into `<dir>/<prefix>-<UTC yyyymmddHHMMSS>-<serial>-<pid>.warc.gz`."""
+    """Writes fetches into `<dir>/<prefix>-<UTC yyyymmddHHMMSS>-<serial>-<pid>.warc.gz`.
+
+    Not thread-safe: one thread owns a writer (spider/warc_thread.py).
+    """
 
     def __init__(self, directory: str | os.PathLike, prefix: str, max_file_bytes: int,
-                 warcinfo: dict[str, str], on_closed: Callable[[ClosedWarc], None] | None = None):
+                 warcinfo: dict[str, str], on_closed: Callable[[ClosedWarc], None] | None = None,
+                 max_file_age_s: float | None = None, clock: Callable[[], float] = time.monotonic):
         self.directory = Path(directory)
         self.prefix = prefix
         self.max_file_bytes = max_file_bytes
+        self.max_file_age_s = max_file_age_s
         self.warcinfo = {"software": "weblm-spider (warcio, scrapy)", "format": "WARC File Format 1.1",
                          "conformsTo": WARC_SPEC, "hostname": socket.gethostname(), **warcinfo}
         self.counters = WarcCounters()
         self.closed_files: list[Path] = []
         self.on_closed = on_closed
-        self._fetches: list[tuple[str, str]] = []  # (url, response record id) in the open file
+        self._clock = clock
+        self._builder = WARCWriter(None, gzip=True, warc_version=WARC_VERSION)  # builds records, writes none
+        self._fetches: list[tuple[str, str]] = []  # (url, response/revisit record id) in the open file
         self._serial = 0
         self._file: BinaryIO | None = None
         self._path: Path | None = None
-        self._writer: WARCWriter | None = None
+        self._size = 0
+        self._opened_at = 0.0
         self._closed_bytes = 0
+
+    @property
+    def has_fetches(self) -> bool:
+        return bool(self._fetches)
 
     def write_fetch(self, url: str, request: StatusAndHeaders, request_body: bytes,
                     response: StatusAndHeaders, response_body: bytes,
                     ip_address: str | None = None, truncated: str | None = None) -> str:
-        """Write one `response` record and its `request` record; returns the response's record id.
+        """Write one `response` record and its `request` record; returns the response's record id."""
+        return self.write(Fetch(url, request, request_body, response, response_body,
+                                ip_address=ip_address, truncated=truncated)).record_id
 
-        `truncated` is the WARC-Truncated reason (WARC 1.1 §5.13) when the body is not whole.
-        """
-        writer = self._current_writer()
-        warc_headers = {"WARC-IP-Address": ip_address} if ip_address else {}
-        if truncated:
-            warc_headers["WARC-Truncated"] = truncated
-        resp = writer.create_warc_record(url, "response", payload=BytesIO(response_body),
-                                         length=len(response_body), http_headers=response,
-                                         warc_headers_dict=warc_headers)
-        req = writer.create_warc_record(url, "request", payload=BytesIO(request_body),
-                                        length=len(request_body), http_headers=request)
-        writer.write_request_response_pair(req, resp)  # sets WARC-Concurrent-To on the request
-        record_id = resp.rec_headers.get_header("WARC-Record-ID")
-        self._fetches.append((url, record_id))
-        self.counters.records += 2
-        self.counters.responses += 1
+    def write(self, fetch: Fetch, digests: DigestIndex | None = None) -> Written:
+        """Write a fetch's records; with `digests`, a payload stored before becomes a revisit record."""
+        record_id = StatusAndHeadersParser.make_warc_id()
+        digest = payload_digest(fetch.response_body)
+        first = self._first_capture(fetch, digest, record_id, digests) if digests is not None else None
+        main = self._revisit(fetch, digest, record_id, first) if first else self._response(fetch, digest, record_id)
+        records = [main]
+        if fetch.metadata is not None:
+            records.append(self._metadata(fetch, record_id))
+        records.append(self._builder.create_warc_record(
+            fetch.url, "request", payload=BytesIO(fetch.request_body), length=len(fetch.request_body),
+            http_headers=fetch.request, warc_headers_dict={"WARC-Date": fetch.date, "WARC-Concurrent-To": record_id}))
+        self._append(_serialize(records))
+        self._fetches.append((fetch.url, record_id))
+        self.counters.records += len(records)
+        if first:
+            self.counters.revisits += 1
+        else:
+            self.counters.responses += 1
         self._after_write()
-        return record_id
+        return Written(record_id, first)
 
     def close(self) -> None:
         """Close the open file (if any) and rename it to its final name.  Safe to call twice."""
         if self._file is None:
             return
         assert self._path is not None
-        self._file.flush()
         os.fsync(self._file.fileno())
-        size = self._file.tell()
+        size = self._size
         self._file.close()
         final = self._path.with_name(self._path.name[: -len(OPEN_SUFFIX)])
         os.replace(self._path, final)
@@ -174,38 +272,128 @@ class RotatingWarcWriter:
         self._closed_bytes += size
         self.counters.bytes = self._closed_bytes
         self.closed_files.append(final)
-        logger.info("WARC file closed: %s (%d bytes)", final, size)
+        logger.info("WARC file closed: %s (%d bytes, %d fetches)", final, size, len(self._fetches))
         urls, record_ids = zip(*self._fetches) if self._fetches else ((), ())
-        self._file = self._path = self._writer = None
+        self._file = self._path = None
         self._fetches = []
         if self.on_closed:
             self.on_closed(ClosedWarc(final, size, tuple(urls), tuple(record_ids)))
 
-    def _current_writer(self) -> WARCWriter:
-        if self._writer is None:
+    def flush(self) -> bool:
+        """Close the open file if it holds any fetch, so that it becomes durable now; True if one was closed."""
+        if not self._fetches:
+            return False
+        self.close()
+        return True
+
+    def close_if_old(self) -> bool:
+        """Close the open file once it is `max_file_age_s` old: its fetches are acknowledged only when closed."""
+        if self._fetches and self._is_old():
+            self.close()
+            return True
+        return False
+
+    def _first_capture(self, fetch: Fetch, digest: str, record_id: str, digests: DigestIndex) -> DigestSeen | None:
+        if not fetch.revisitable():
+            return None
+        try:
+            return digests.first(digest, DigestSeen(fetch.url, fetch.date, record_id))
+        except Exception as exc:  # noqa: BLE001  (a lost lookup costs disk space, never a record)
+            self.counters.digest_index_errors += 1
+            if self.counters.digest_index_errors in (1, 10, 100) or self.counters.digest_index_errors % 1000 == 0:
+                logger.warning("payload digest index failed (%s: %s); such fetches are stored in full, not as "
+                               "revisits (%d so far); check the frontier's store", type(exc).__name__, exc,
+                               self.counters.digest_index_errors)
+            return None
+
+    def _response(self, fetch: Fetch, digest: str, record_id: str):
+        headers = {"WARC-Record-ID": record_id, "WARC-Date": fetch.date, "WARC-Payload-Digest": digest}
+        if fetch.ip_address:
+            headers["WARC-IP-Address"] = fetch.ip_address
+        if fetch.truncated:
+            headers["WARC-Truncated"] = fetch.truncated
+        return self._builder.create_warc_record(fetch.url, "response", payload=BytesIO(fetch.response_body),
+                                                length=len(fetch.response_body), http_headers=fetch.response,
+                                                warc_headers_dict=headers)
+
+    def _revisit(self, fetch: Fetch, digest: str, record_id: str, first: DigestSeen):
+        """The HTTP head as received, no payload (WARC 1.1 §6.7.2), as warcio and Heritrix write it."""
+        headers = {"WARC-Record-ID": record_id, "WARC-Date": fetch.date}
+        if fetch.ip_address:
+            headers["WARC-IP-Address"] = fetch.ip_address
+        if first.record_id:
+            headers["WARC-Refers-To"] = first.record_id
+        return self._builder.create_revisit_record(fetch.url, digest, first.url, first.date,
+                                                   http_headers=fetch.response, warc_headers_dict=headers)
+
+    def _metadata(self, fetch: Fetch, record_id: str):
+        assert fetch.metadata is not None
+        body = "".join(f"{name}: {_one_line(value)}\r\n" for name, value in fetch.metadata.items()
+                       if value is not None).encode("utf-8")
+        return self._builder.create_warc_record(fetch.url, "metadata", payload=BytesIO(body), length=len(body),
+                                                warc_content_type="application/warc-fields",
+                                                warc_headers_dict={"WARC-Date": fetch.date,
+                                                                   "WARC-Concurrent-To": record_id})
+
+    def _append(self, data: bytes) -> None:
+        """Append whole records; on failure cut the file back, so it never holds part of a fetch."""
+        if self._file is None:
             self._open_next()
-        assert self._writer is not None
-        return self._writer
+        assert self._file is not None
+        fd, start = self._file.fileno(), self._size
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+        except OSError:
+            try:
+                os.ftruncate(fd, start)
+                os.lseek(fd, start, os.SEEK_SET)
+            except OSError as exc:
+                logger.error("could not cut %s back to its last whole fetch after a failed write (%s); its "
+                             "tail is damaged", self._path, exc)
+                self._size = os.lseek(fd, 0, os.SEEK_END)
+            raise
+        self._size += len(data)
 
     def _open_next(self) -> None:
         self.directory.mkdir(parents=True, exist_ok=True)
         stamp = time.strftime("%Y%m%d%H%M%S", time.gmtime())
         name = f"{self.prefix}-{stamp}-{self._serial:05d}-{os.getpid()}.warc.gz"
         self._serial += 1
-        self._path = self.directory / (name + OPEN_SUFFIX)
-        self._file = open(self._path, "xb")  # "x": never overwrite another writer's file
-        self._writer = WARCWriter(self._file, gzip=True, warc_version="WARC/1.1")
-        self._writer.write_record(self._writer.create_warcinfo_record(name, self.warcinfo))
+        path = self.directory / (name + OPEN_SUFFIX)
+        info = _serialize([self._builder.create_warcinfo_record(name, self.warcinfo)])
+        self._file = open(path, "xb", buffering=0)  # "x": never overwrite another writer's file
+        self._path, self._size, self._opened_at = path, 0, self._clock()
+        try:
+            self._append(info)
+        except OSError:  # a file without its warcinfo is no file: gone, and the next write tries a new one
+            self._file.close()
+            path.unlink(missing_ok=True)
+            self._file = self._path = None
+            raise
         self.counters.files += 1
         self.counters.records += 1
-        self.counters.bytes = self._closed_bytes + self._file.tell()
+        self.counters.bytes = self._closed_bytes + self._size
+
+    def _is_old(self) -> bool:
+        return self.max_file_age_s is not None and self._clock() - self._opened_at >= self.max_file_age_s
 
     def _after_write(self) -> None:
-        """Rotate once the file has reached its size: a fetch's two records never straddle files."""
-        assert self._file is not None
-        size = self._file.tell()
-        self.counters.bytes = self._closed_bytes + size
-        if size >= self.max_file_bytes:
+        """Rotate once the file has reached its size or age: a fetch's records never straddle files."""
+        self.counters.bytes = self._closed_bytes + self._size
+        if self._size >= self.max_file_bytes or self._is_old():
             self.close()
 
 
+def _serialize(records) -> bytes:
+    """Records as gzip members, each its own (SEAMS §2), with their block digests."""
+    out = BytesIO()
+    writer = WARCWriter(out, gzip=True, warc_version=WARC_VERSION)
+    for record in records:
+        writer.write_record(record)
+    return out.getvalue()
+
+
+def _one_line(value: object) -> str:
+    return " ".join(str(value).splitlines())  # a warc-fields value is one line

@@ -91,7 +91,7 @@ def read_fetches(path: Path) -> tuple[tuple[str, ...], tuple[str, ...]]:
     urls, ids = [], []
     with open(path, "rb") as stream:
         for rec in ArchiveIterator(stream):
-            if rec.rec_type == "response":
+            if rec.rec_type in ("response", "revisit"):  # each is one fetch to acknowledge
                 urls.append(rec.rec_headers.get_header("WARC-Target-URI"))
                 ids.append(rec.rec_headers.get_header("WARC-Record-ID"))
     return tuple(urls), tuple(ids)
@@ -145,7 +145,7 @@ def _whole_fetches(stream: BinaryIO, whole_end: int, member_ends: set[int]) -> t
     for (_, kind), (next_start, _) in zip(starts, starts[1:]):
         if next_start not in member_ends:
             break  # records and gzip members disagree: keep only what came before
-        if kind == "response":
+        if kind in ("response", "revisit"):
             responses += 1
         elif kind == "request" and responses > fetches:  # the writer puts a fetch's request after its response
             fetches, keep = responses, next_start

@@ -10,7 +10,9 @@ from scrapy.linkextractors import LinkExtractor
 
 from spider.config import CrawlConfig
 from spider.errors import failure_kind
+from spider.frontier.outcome import fetch_failed
 from spider.seeds import read_seeds
+from spider.settings import FRONTIER
 from spider.urlfilter import UrlFilter
 
 logger = logging.getLogger(__name__)
@@ -34,14 +36,16 @@ class WebSpider(scrapy.Spider):
         hosts = {urlsplit(u).hostname for u in seeds} | set(config.allowed_hosts)
         # Scrapy's OffsiteMiddleware drops redirects that leave these hosts.
         self.allowed_domains = sorted(h for h in hosts if h)
-        self.url_filter = UrlFilter(set(self.allowed_domains), config.max_pages_per_host,
-                                    config.max_url_length, config.max_repeated_segment)
+        # The frontier admits URLs itself (trap rules, depth, Bloom filter, host budgets); this filter only
+        # serves stock Scrapy's scheduler, the benchmarks' baseline.
+        self.url_filter = None if config.scheduler == FRONTIER else UrlFilter(
+            set(self.allowed_domains), config.max_pages_per_host, config.max_url_length, config.max_repeated_segment)
         self.link_extractor = LinkExtractor(allow_domains=self.allowed_domains, unique=True)
 
     async def start(self):
         for url in self.seeds:
             if self._admit(url):
-                yield self._request(url)
+                yield self._request(url, {"weblm_seed": True, "depth": 0})
 
     def parse(self, response):
         if not isinstance(response, TextResponse):
@@ -57,11 +61,14 @@ class WebSpider(scrapy.Spider):
         for link in links:
             url = urldefrag(link.url).url  # a fragment never reaches the server: /a#x and /a#y are one fetch
             if self._admit(url):
-                yield self._request(url)
+                yield self._request(url, {"weblm_parent": response.url})
 
     def on_error(self, failure):
         kind = failure_kind(failure)
         url = failure.request.url if hasattr(failure, "request") else "?"
+        if hasattr(failure, "request") and getattr(failure.value, "response", None) is None:
+            # no answer was recorded: the frontier closes the URL now (an answer is closed once its WARC is durable)
+            self.crawler.signals.send_catch_log(signal=fetch_failed, request=failure.request)
         if kind == "robots_denied":
             self.crawler.stats.inc_value("weblm/robots_denied")
             logger.debug("robots.txt disallows %s", url)
@@ -75,10 +82,12 @@ class WebSpider(scrapy.Spider):
         else:
             logger.warning("fetch failed for %s: %s (%s)", url, kind, failure.getErrorMessage())
 
-    def _request(self, url: str) -> Request:
-        return Request(url, callback=self.parse, errback=self.on_error)
+    def _request(self, url: str, meta: dict) -> Request:
+        return Request(url, callback=self.parse, errback=self.on_error, meta=meta)
 
     def _admit(self, url: str) -> bool:
+        if self.url_filter is None:
+            return True
         reason = self.url_filter.reason(url)
         if reason is None:
             return True

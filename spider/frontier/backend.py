@@ -101,9 +101,10 @@ class FrontierBackend(ABC):
         block) replaces its stored politeness record when given.  Idle again if nothing is queued for it."""
 
     @abstractmethod
-    def requeue(self, ids: list[str], now: float) -> None:
+    def requeue(self, ids: list[str], now: float, payloads: dict[str, str] | None = None) -> None:
         """Give leased or held URLs back (a retry, a worker closing with work in hand): queued again under their
-        original priority, ahead of URLs admitted after them.  Unknown or already acknowledged ids are ignored."""
+        original priority, ahead of URLs admitted after them.  `payloads` replaces the payload of some of them (a
+        retry's count travels with its URL).  Unknown or already acknowledged ids are ignored."""
 
     @abstractmethod
     def fetched(self, ids: list[str], until: float) -> None:

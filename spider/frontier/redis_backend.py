@@ -47,7 +47,7 @@ class RedisFrontier(FrontierBackend):
         self.client = connect(url)
         common = (LUA / "common.lua").read_text()
         self.scripts = {name: self.client.register_script(common + (LUA / f"{name}.lua").read_text())
-                        for name in ("add", "lease", "release", "settle", "robots_put")}
+                        for name in ("add", "lease", "release", "settle", "robots_put", "repayload", "refund")}
         self._where: dict[str, int] = {}  # id -> partition, for the ids this worker has seen (else: every partition)
 
     # --- keys ----------------------------------------------------------------------------------------
@@ -126,7 +126,14 @@ class RedisFrontier(FrontierBackend):
         return sum(int(self._run("settle", p, [op, repr(now), t, *chunk]))
                    for p, part in by_partition.items() for chunk in _chunks(part, 500))
 
-    def requeue(self, ids: list[str], now: float) -> None:
+    def requeue(self, ids: list[str], now: float, payloads: dict[str, str] | None = None) -> None:
+        if payloads:  # the same worker holds these: nothing else writes their entries meanwhile
+            by_partition: dict[int, list[str]] = defaultdict(list)
+            for id_, payload in payloads.items():
+                by_partition[self._where.get(id_, -1)] += [id_, payload]
+            for p, args in by_partition.items():
+                for part in ([p] if p >= 0 else range(self.partitions)):
+                    self._run("repayload", part, args)
         self._settle("requeue", ids, now, "")
 
     def fetched(self, ids: list[str], until: float) -> None:
@@ -142,10 +149,8 @@ class RedisFrontier(FrontierBackend):
         return done
 
     def refund(self, hosts: list[str]) -> None:
-        pipe = self.client.pipeline(transaction=False)
         for host in hosts:
-            pipe.hincrby(self.prefix(self.partition(host)) + f"h:{host}", "admitted", -1)
-        pipe.execute()
+            self._run("refund", self.partition(host), [host])
 
     # --- politeness, robots.txt, digests -------------------------------------------------------------
     def host_state(self, host: str) -> HostState:

@@ -13,22 +13,33 @@ never reach it.
 Where files go (SEAMS §2): into a local warc_dir directly; for a URI warc_dir into paths.warc_buffer,
 then uploaded (spider/warc_upload.py).  Either way `spider.signals.warc_file_durable` is sent, on the
 reactor thread, once per file and only when the file can no longer be lost.
+
+Records are built, compressed and written on one writer thread (spider/warc_thread.py), never on the
+reactor: process_response only captures the fetch and queues it.  A file is closed when it reaches
+crawl.warc.max_file_bytes or crawl.warc.max_file_age_s (checked at each write and by a timer, so an idle
+crawl still closes it), and when the frontier sends `warc_flush_requested` (nothing left to fetch, only
+acknowledgements to wait for).  With crawl.warc.revisit and a digest index on the crawler
+(`crawler.weblm_digest_index`, the frontier's), a 2xx payload already stored becomes a revisit record.
 """
 from __future__ import annotations
 
 import logging
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from scrapy import signals
 from scrapy.utils.defer import deferred_from_coro, maybe_deferred_to_future
 from scrapy.utils.httpobj import urlparse_cached
 from twisted.internet import threads
+from twisted.internet.defer import Deferred
+from twisted.internet.task import LoopingCall
 
 import storage
 from spider.config import CrawlConfig
-from spider.signals import DurableWarc, warc_file_durable
-from spider.warc import (UNRECORDED_REQUEST_HEADERS, ClosedWarc, RotatingWarcWriter, request_head,
-                         response_head, wire_request_head, wire_response_head)
+from spider.signals import DurableWarc, warc_file_durable, warc_flush_requested
+from spider.warc import (UNRECORDED_REQUEST_HEADERS, ClosedWarc, DigestIndex, Fetch, RotatingWarcWriter, Written,
+                         request_head, response_head, warc_date, wire_request_head, wire_response_head)
+from spider.warc_thread import WarcWriterThread, WriterStopped
 from spider.warc_upload import WarcUploads
 from spider.wire import WIRE_META_KEY
 
@@ -44,10 +55,18 @@ class WarcCaptureMiddleware:
     def __init__(self, crawler, directory: Path, cfg: CrawlConfig, warcinfo: dict[str, str]):
         self.crawler = crawler
         self.stats = crawler.stats
+        self.metadata = cfg.warc.metadata
+        self.revisit = cfg.warc.revisit
+        self.max_file_age_s = cfg.warc.max_file_age_s
         self.writer = RotatingWarcWriter(directory, cfg.warc.prefix, cfg.warc.max_file_bytes, warcinfo,
-                                         on_closed=self.file_closed)
+                                         on_closed=self._closed_from_thread, max_file_age_s=cfg.warc.max_file_age_s)
+        self.thread = WarcWriterThread(self.writer, cfg.warc.queue_records, digests=self._digest_index,
+                                       on_written=self._written_from_thread, on_error=self._failed_from_thread,
+                                       call_soon=_in_reactor)
         self.uploads: WarcUploads | None = None  # set when warc_dir is a URI
         self.upload_wait_s = cfg.warc.upload_wait_s
+        self._age_timer: LoopingCall | None = None
+        self._stopping_crawl = False
 
     @classmethod
     def from_crawler(cls, crawler):
@@ -68,6 +87,7 @@ class WarcCaptureMiddleware:
         if remote:
             mw.uploads = WarcUploads(buffer, warc_dir, on_durable=mw.durable_from_thread)
         crawler.signals.connect(mw.open, signal=signals.spider_opened)
+        crawler.signals.connect(mw.flush_requested, signal=warc_flush_requested)
         # spider_closed fires on a normal end, CLOSESPIDER limits and the first SIGINT/SIGTERM;
         # engine_stopped is a second chance if the spider never opened.
         crawler.signals.connect(mw.close, signal=signals.spider_closed)
@@ -75,6 +95,7 @@ class WarcCaptureMiddleware:
         return mw
 
     def process_response(self, request, response):
+        """Hand the fetch to the writer thread; wait (without blocking the reactor) only when its queue is full."""
         host = urlparse_cached(request).hostname or ""
         # popped, so that a redirect's new request (a copy of this one's meta) never inherits it
         wire = request.meta.pop(WIRE_META_KEY, None)
@@ -88,30 +109,89 @@ class WarcCaptureMiddleware:
         else:
             resp_head = response_head(getattr(response, "protocol", None), response.status, _pairs(response.headers))
             self.stats.inc_value("weblm/warc/response_head_rebuilt")
+        date = warc_date()
+        fetch = Fetch(response.url, req_head, request.body, resp_head, response.body, date=date,
+                      # the address contacted (WARC 1.1 §5.12): the proxy's when the crawl goes through one
+                      ip_address=str(response.ip_address) if response.ip_address else None,
+                      truncated="disconnect" if "dataloss" in response.flags else None,
+                      metadata=self._metadata_fields(request, host, date) if self.metadata else None)
         try:
-            self.writer.write_fetch(
-                response.url, req_head, request.body, resp_head, response.body,
-                # the address contacted (WARC 1.1 §5.12): the proxy's when the crawl goes through one
-                ip_address=str(response.ip_address) if response.ip_address else None,
-                truncated="disconnect" if "dataloss" in response.flags else None,
-            )
-        except OSError as exc:
-            # A full disk must stop the crawl, not drop pages silently: fetching on is pointless.
-            logger.critical("cannot write WARC record for %s: %s; stopping the crawl (free disk space "
-                            "or point --warc-dir elsewhere)", response.url, exc)
-            self.stats.inc_value("weblm/errors/warc_write")
-            deferred_from_coro(self.crawler.engine.close_spider_async(reason="warc_write_error"))
+            queued = self.thread.submit(fetch)
+        except WriterStopped as exc:
+            logger.warning("%s", exc)
+            self.stats.inc_value("weblm/warc/not_recorded")
             return response
-        self.stats.inc_value(f"weblm/hosts/{host}")
-        self._publish()
+        if queued is None:
+            return response
+        self.stats.inc_value("weblm/warc/queue_full_waits")
+        return self._when_queued(queued, response)
+
+    @staticmethod
+    async def _when_queued(queued: Deferred, response):
+        await maybe_deferred_to_future(queued)
         return response
 
+    @staticmethod
+    def _metadata_fields(request, host: str, date: str) -> dict[str, str]:
+        """The metadata record's fields (Heritrix's names where it has one); a missing value is left out."""
+        meta = request.meta
+        latency = meta.get("download_latency")
+        fields = {"fetchTimeMs": None if latency is None else str(round(latency * 1000)),
+                  "fetchDate": date,
+                  "depth": None if meta.get("depth") is None else str(meta["depth"]),
+                  "via": meta.get("weblm_parent") or None,
+                  "politenessKey": str(meta.get("download_slot") or host)}
+        return {name: value for name, value in fields.items() if value is not None}
+
+    def _digest_index(self) -> DigestIndex | None:
+        """Asked on the writer thread at each write: the frontier's shared index, if it offers one."""
+        return getattr(self.crawler, "weblm_digest_index", None) if self.revisit else None
+
+    # --- what the writer thread reports, marshalled to the reactor thread ------------------------------
+    def _written_from_thread(self, fetch: Fetch, written: Written):
+        _in_reactor(self._written, fetch, written)
+
+    def _failed_from_thread(self, fetch: Fetch | None, exc: Exception):
+        _in_reactor(self._write_failed, fetch, exc)
+
+    def _closed_from_thread(self, closed: ClosedWarc):
+        _in_reactor(self.file_closed, closed)
+
+    def _written(self, fetch: Fetch, written: Written):
+        self.stats.inc_value(f"weblm/hosts/{urlsplit(fetch.url).hostname or ''}")
+        self._publish()
+
+    def _write_failed(self, fetch: Fetch | None, exc: Exception):
+        what = f"WARC record for {fetch.url}" if fetch is not None else "the WARC file being closed (fsync, rename)"
+        if not isinstance(exc, OSError):  # a record warcio cannot build: that fetch is lost, the crawl goes on
+            logger.error("cannot write %s (%s: %s); it is not recorded, so never acknowledged", what,
+                         type(exc).__name__, exc, exc_info=exc)
+            self.stats.inc_value("weblm/errors/warc_record")
+            return
+        self.stats.inc_value("weblm/errors/warc_write")
+        if self._stopping_crawl:
+            logger.error("cannot write %s either: %s", what, exc)
+            return
+        # A full disk must stop the crawl, not drop pages silently: fetching on is pointless.
+        self._stopping_crawl = True
+        logger.critical("cannot write %s: %s; stopping the crawl (free disk space or point --warc-dir elsewhere)",
+                        what, exc)
+        if self.crawler.engine is not None:
+            deferred_from_coro(self.crawler.engine.close_spider_async(reason="warc_write_error"))
+
     async def open(self, spider):
-        """Send what a killed crawl left in the buffer, before this one closes a file of its own."""
+        """Start the age check; send what a killed crawl left in the buffer, before this one closes a file."""
+        if self._age_timer is None:  # an idle crawl must still close an old file: writes alone would not
+            self._age_timer = LoopingCall(self.thread.tick)
+            self._age_timer.start(min(max(self.max_file_age_s / 4, 0.05), 5.0), now=False)
         if self.uploads is not None:
             # salvaging a big .open file reads all of it: off the reactor thread; the crawl starts after it
             await maybe_deferred_to_future(threads.deferToThread(self.uploads.recover))
             self._publish()
+
+    def flush_requested(self):
+        """`warc_flush_requested`: the frontier waits only for acknowledgements, so close the file now."""
+        self.thread.flush()
 
     def file_closed(self, closed: ClosedWarc):
         """The writer closed a file (reactor thread): durable now if local, else once uploaded."""
@@ -133,7 +213,12 @@ class WarcCaptureMiddleware:
         self._publish()
 
     async def close(self, *args, **kwargs):
-        self.writer.close()
+        """Drain the writer's queue, close its file, then wait for the uploads; the reactor runs on meanwhile."""
+        if self._age_timer is not None and self._age_timer.running:
+            self._age_timer.stop()
+        self.thread.stop()
+        # the thread's last callFromThread (file_closed) runs before this await returns: same queue, earlier
+        await maybe_deferred_to_future(threads.deferToThread(self.thread.join))
         self._publish()
         if self.uploads is None or self.uploads.finished:
             return
@@ -155,7 +240,18 @@ class WarcCaptureMiddleware:
         self.stats.set_value("weblm/warc/files", c.files)
         self.stats.set_value("weblm/warc/records", c.records)
         self.stats.set_value("weblm/warc/responses", c.responses)
+        self.stats.set_value("weblm/warc/revisits", c.revisits)
         self.stats.set_value("weblm/warc/bytes", c.bytes)
+        self.stats.set_value("weblm/warc/queued", self.thread.queued())
+        if c.digest_index_errors:
+            self.stats.set_value("weblm/warc/digest_index_errors", c.digest_index_errors)
         if self.uploads is not None:
             for key, value in self.uploads.counters().items():
                 self.stats.set_value(f"weblm/warc_upload/{key}", value)
+
+
+def _in_reactor(f, *args) -> None:
+    """Run `f(*args)` on the reactor thread: Scrapy's signals, stats and Deferreds live there."""
+    from twisted.internet import reactor
+
+    reactor.callFromThread(f, *args)

@@ -11,8 +11,8 @@ def raw_server():
     """`raw_server(answer)` starts a RawHttpServer; every one started is closed after the test."""
     started: list[RawHttpServer] = []
 
-    def start(answer: Answer) -> RawHttpServer:
-        started.append(RawHttpServer(answer))
+    def start(answer: Answer, by_host: bool = False) -> RawHttpServer:
+        started.append(RawHttpServer(answer, by_host))
         return started[-1]
 
     yield start

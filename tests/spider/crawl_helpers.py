@@ -5,6 +5,8 @@ import json
 import os
 import subprocess
 import sys
+import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -16,7 +18,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 # Small and fast, but every politeness mechanism still on.
 FAST = ["download_delay_s=0.01", "randomize_delay=false", "download_timeout_s=2", "retry_times=1",
-        "progress_interval_s=1", "log_level=INFO"]
+        "progress_interval_s=1", "log_level=INFO", "frontier.ssrf_allow=[127.0.0.1]"]
 
 
 @dataclass
@@ -35,6 +37,8 @@ def crawl_command(seeds: list[str], tmp: Path, overrides: list[str], warc_dir: s
     storage.write_text(seed_file, "# test seeds\n" + "\n".join(seeds) + "\n")
     cmd = [sys.executable, "-m", "spider.crawl", "--seeds", seed_file,
            "--warc-dir", warc_dir or str(tmp / "warc"), "--stats", stats or str(tmp / "stats.json")]
+    # each crawl its own frontier (the embedded one lives under paths.local by default, shared by every run)
+    cmd += ["-o", f"frontier.url=sqlite:///{tmp / 'frontier.db'}"]
     for item in FAST + overrides:
         cmd += ["-o", item]
     return cmd
@@ -48,6 +52,26 @@ def run_crawl(seeds: list[str], tmp: Path, overrides: list[str], timeout: float 
     proc = subprocess.run(crawl_command(seeds, tmp, overrides, **where), cwd=ROOT, env=env(),
                           capture_output=True, text=True, timeout=timeout)
     return finished(proc.returncode, tmp, proc.stdout + proc.stderr)
+
+
+@contextmanager
+def background_crawl(cmd: list[str], tmp: Path):
+    """The crawl runs while the block does, its output in tmp/crawl.log; killed if the block leaves early."""
+    log = tmp / "crawl.log"
+    with open(log, "w") as out:
+        proc = subprocess.Popen(cmd, cwd=ROOT, env=env(), stdout=out, stderr=subprocess.STDOUT)
+        try:
+            yield proc, log
+        finally:
+            proc.kill()
+
+
+def wait_for_request(server, path: str, log: Path, timeout: float = 30) -> None:
+    """Until the raw server has received `path` from the crawl."""
+    deadline = time.monotonic() + timeout
+    while path not in server.received and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert path in server.received, f"the crawl never asked for {path}: " + log.read_text()[-3000:]
 
 
 def finished(returncode: int, tmp: Path, log: str) -> CrawlRun:

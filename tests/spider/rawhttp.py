@@ -1,7 +1,8 @@
 """A forward proxy on 127.0.0.1 that answers with canned bytes: for heads no HTTP library would write.
 
 `answer(path)` gives (head, what follows it on the wire) for a request path, or None to close the
-connection without a word (a network error, as the crawler sees it).  Every request head read is
+connection without a word (a network error, as the crawler sees it).  With `by_host=True` the answer is
+`answer(host, path)`, for tests that need hosts to behave differently.  Every request head read is
 kept by path (with its query), so a test can compare what was sent with what was archived.
 """
 from __future__ import annotations
@@ -16,8 +17,9 @@ Answer = Callable[[str], Optional[tuple[bytes, bytes]]]
 
 
 class RawHttpServer:
-    def __init__(self, answer: Answer):
+    def __init__(self, answer: Answer, by_host: bool = False):
         self.answer = answer
+        self.by_host = by_host
         self.sock = socket.create_server(("127.0.0.1", 0))
         self.port = self.sock.getsockname()[1]
         self.received: dict[str, bytes] = {}
@@ -51,7 +53,8 @@ class RawHttpServer:
                 key = (target.path or "/") + (f"?{target.query}" if target.query else "")
                 self.received[key] = head
                 self.arrivals.append((time.monotonic(), target.hostname or "", key))
-                reply = self.answer(target.path or "/")
+                path = target.path or "/"
+                reply = self.answer(target.hostname or "", path) if self.by_host else self.answer(path)
                 if reply is None:
                     return  # closes the connection unanswered
                 self.sent_heads[key] = reply[0]

@@ -19,9 +19,13 @@ from spider.urlfilter import UrlFilter, trap_reason
 def test_config_overrides_reach_scrapy_settings():
     cfg = load_crawl_config(["proxy=http://127.0.0.1:9", "download_delay_s=0.25", "warc.max_file_bytes=5000"])
     settings = scrapy_settings(cfg, "/tmp/w")
-    assert settings["DOWNLOAD_DELAY"] == 0.25
+    # the frontier spaces requests and reads robots.txt itself; Scrapy's per-process versions are off
+    assert settings["SCHEDULER"] == "spider.frontier.scheduler.FrontierScheduler"
+    assert settings["DOWNLOAD_DELAY"] == 0 and settings["ROBOTSTXT_OBEY"] is False and settings["DEPTH_LIMIT"] == 0
     assert settings["CONCURRENT_REQUESTS_PER_DOMAIN"] == 1
-    assert settings["ROBOTSTXT_OBEY"] is True
+    stock = scrapy_settings(load_crawl_config(["download_delay_s=0.25", "scheduler=scrapy.core.scheduler.Scheduler"]),
+                            "/tmp/w")
+    assert stock["DOWNLOAD_DELAY"] == 0.25 and stock["ROBOTSTXT_OBEY"] is True and stock["DEPTH_LIMIT"] == 5
     assert settings["TWISTED_REACTOR"].endswith("AsyncioSelectorReactor")
     assert "crawler-contact@" in settings["USER_AGENT"]
     assert cfg.warc.max_file_bytes == 5000 and cfg.digest() != load_crawl_config().digest()

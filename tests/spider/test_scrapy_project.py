@@ -27,7 +27,8 @@ def test_scrapy_crawl_uses_the_project_settings(tmp_path, raw_server):
     server = raw_server(_answer)
     overlay = tmp_path / "overlay.yaml"
     overlay.write_text(f"crawl:\n  proxy: {server.proxy_url()}\n  download_delay_s: 0.01\n"
-                       f"  randomize_delay: false\n")
+                       f"  randomize_delay: false\n  frontier:\n    url: sqlite:///{tmp_path / 'frontier.db'}\n"
+                       f"    ssrf_allow: [127.0.0.1]\n")
     seeds = tmp_path / "seeds.txt"
     seeds.write_text("http://project.weblm.test/\n")
     proc = subprocess.run(

@@ -4,7 +4,12 @@ local n = 0
 for i = 5, #ARGV do
   local id = ARGV[i]
   if op == 'renew' then
-    n = n + redis.call('ZADD', P .. 'lease', 'XX', 'CH', t, id) + redis.call('ZADD', P .. 'held', 'XX', 'CH', t, id)
+    local leased = redis.call('ZADD', P .. 'lease', 'XX', 'CH', t, id)
+    n = n + leased + redis.call('ZADD', P .. 'held', 'XX', 'CH', t, id)
+    if leased == 1 then  -- the host stays busy as long as the fetch's lease
+      local raw = redis.call('HGET', P .. 'e', id)
+      if raw then redis.call('ZADD', P .. 'busy', 'XX', t, cjson.decode(raw).h) end
+    end
   elseif op == 'fetched' then
     if redis.call('ZREM', P .. 'lease', id) == 1 then
       redis.call('ZADD', P .. 'held', t, id); n = n + 1

@@ -59,6 +59,8 @@ class FrontierContract:
         assert fb.add([url("http://a.test/2")], T0, 3) == ["admitted"]  # budget raised: it was never marked seen
         fb.refund(["a.test"])
         assert fb.host_state("a.test").admitted == 2
+        fb.refund(["c.test"])  # never below zero
+        assert fb.host_state("c.test").admitted == 0
         assert fb.add([url("http://b.test/0")], T0, 2) == ["admitted"]  # budgets are per host
 
     # --- leasing and politeness ---------------------------------------------------------------------
@@ -148,12 +150,16 @@ class FrontierContract:
         fb.add([url("http://a.test/1")], T0, 0)
         (item,) = fb.lease(1, T0, 30)
         fb.renew([item.id], T0 + 60)
-        assert fb.lease(1, T0 + 45, 30) == []
+        fb.add([url("http://a.test/2")], T0, 0)
+        assert fb.lease(1, T0 + 45, 30) == []  # neither the URL nor its host: both stay with the live worker
         fb.fetched([item.id], T0 + 90)
         fb.renew([item.id], T0 + 200)
         fb.release_host("a.test", T0 + 50)
-        assert fb.lease(1, T0 + 150, 30) == []
-        assert len(fb.lease(1, T0 + 201, 30)) == 1
+        (other,) = fb.lease(1, T0 + 150, 30)
+        assert urls_of([other]) == ["http://a.test/2"]  # the host is free again; the held URL is not
+        fb.ack([other.id], None, T0 + 150)
+        fb.release_host("a.test", T0 + 150)
+        assert urls_of(fb.lease(1, T0 + 201, 30)) == ["http://a.test/1"]  # not renewed: back
 
     def test_requeue_puts_urls_back_ahead_of_later_ones_and_ack_leaves_them_alone(self, fb):
         fb.add([url("http://a.test/1"), url("http://a.test/2")], T0, 0)
@@ -165,6 +171,14 @@ class FrontierContract:
         (again,) = fb.lease(1, T0 + 1, 30)
         assert again.id == item.id
         assert fb.ack([again.id], None, T0 + 2) == 1
+
+    def test_a_requeued_url_can_carry_a_new_payload(self, fb):
+        fb.add([url("http://a.test/1")], T0, 0)
+        (item,) = fb.lease(1, T0, 30)
+        fb.requeue([item.id], T0, {item.id: json.dumps({"url": "http://a.test/1", "retry_times": 1})})
+        fb.release_host("a.test", T0)
+        (again,) = fb.lease(1, T0, 30)
+        assert json.loads(again.payload)["retry_times"] == 1
 
     def test_a_recrawl_comes_back_when_due(self, fb):
         fb.add([url("http://a.test/1")], T0, 0)

@@ -1,0 +1,10 @@
+-- ARGV: P, (id, payload) pairs: a URL's new payload (a retry's count), kept with its place in the queue.
+for i = 2, #ARGV, 2 do
+  local raw = redis.call('HGET', P .. 'e', ARGV[i])
+  if raw then
+    local e = cjson.decode(raw)
+    e.p = ARGV[i + 1]
+    redis.call('HSET', P .. 'e', ARGV[i], cjson.encode(e))
+  end
+end
+return 1

@@ -1,0 +1,510 @@
+"""FrontierScheduler: Scrapy's scheduler over the shared frontier (spider/frontier/backend.py).
+
+The reactor never waits on the backend.  Everything the backend must learn (new URLs, fetch outcomes, retries,
+acknowledgements, lease renewals) is queued as an operation and applied, in order, by one background thread,
+which also leases the next URLs into a small local buffer (Frontera's refill: only while the buffer is short).
+`next_request` serves from that buffer and returns None when it is empty.
+
+Per leased URL: its host's robots.txt record comes with the lease (fetched once per host for the cluster, here,
+by the worker that holds the host); a disallowed URL is acknowledged unfetched and refunded from the host's budget.
+An allowed one is sent; when its fetch ends (FetchOutcomeMiddleware) the host is released until the time
+politeness says (spider/frontier/politeness.py) and the URL is *held* until its WARC record is durable
+(`warc_file_durable`), then acknowledged.  A retry goes back to the frontier with its retry count.  A killed
+worker renews nothing, so its URLs come back after `frontier.lease_s`.
+"""
+from __future__ import annotations
+
+import heapq
+import itertools
+import json
+import logging
+import time
+from collections import defaultdict, deque
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, Callable
+from urllib.parse import urlsplit
+
+from scrapy import signals
+from scrapy.core.scheduler import BaseScheduler
+from scrapy.http import Request
+from twisted.internet import reactor, task
+from twisted.python.threadpool import ThreadPool
+from twisted.internet.threads import deferToThreadPool
+
+from spider.config import CrawlConfig
+from spider.frontier import robots as robotstxt
+from spider.frontier.admission import Admission
+from spider.frontier.backend import FrontierBackend, HostState, Leased, NewUrl
+from spider.frontier.bloom import BloomLayout, url_hashes
+from spider.frontier.canonical import Canonicalizer
+from spider.frontier.politeness import after_fetch, politeness_key, with_crawl_delay
+from spider.frontier.outcome import fetch_failed, fetch_finished
+from spider.signals import DurableWarc, warc_file_durable, warc_flush_requested
+
+logger = logging.getLogger(__name__)
+
+ROBOTS_META = "weblm_robots_for"
+LEASE_META = "weblm_lease"
+# Meta keys that travel with a URL through the frontier (JSON); the rest is per attempt.
+CARRIED_META = ("depth", "weblm_seed", "weblm_parent", "retry_times")
+COUNTS_EVERY_S = 0.5  # cluster gauges (and the end-of-crawl test) at most this often while URLs flow
+
+
+def open_backend(cfg: CrawlConfig, local_dir: str) -> FrontierBackend:
+    """The backend `frontier.url` names: Redis (redis://, redis+cluster://) or embedded SQLite (default)."""
+    f = cfg.frontier
+    bloom = BloomLayout(max(1, f.bloom_capacity // f.partitions), f.bloom_fp_rate)
+    if f.url.startswith(("redis://", "rediss://", "redis+cluster://")):
+        from spider.frontier.redis_backend import RedisFrontier
+        return RedisFrontier(f.url, f.namespace, f.partitions, bloom)
+    from spider.frontier.embedded import SqliteFrontier
+    path = f.url[len("sqlite:///") - 1:] if f.url.startswith("sqlite:///") else str(Path(local_dir) / "frontier" / "frontier.db")
+    return SqliteFrontier(path, BloomLayout(f.bloom_capacity, f.bloom_fp_rate))
+
+
+@dataclass
+class InHand:
+    """A URL this worker holds: leased (to fetch) or held (fetched, record not yet durable)."""
+    lease: Leased
+    url: str
+    meta: dict
+    seed: bool
+    sent: bool = False
+
+
+class FrontierScheduler(BaseScheduler):
+    def __init__(self, crawler, backend: FrontierBackend | None = None):
+        self.crawler = crawler
+        self.cfg: CrawlConfig = crawler.settings["WEBLM_CRAWL_CONFIG"]
+        self.stats = crawler.stats
+        self.user_agent = self.cfg.user_agent
+        self.canon = Canonicalizer(self.cfg.frontier.strip_params)
+        self._backend = backend
+        self._pool = ThreadPool(1, 1, name="frontier")  # one thread: operations apply in the order they were made
+        self._ops: list[tuple[str, tuple]] = []
+        self._adds: list[tuple[NewUrl, str]] = []      # (url, its politeness key) waiting for admission
+        self._buffer: deque[InHand] = deque()          # leased, robots record known, not yet sent
+        self._delayed: list[tuple[float, int, Request]] = []  # (not before, seq, request): robots hops, parked URLs
+        self._seq = itertools.count()
+        self._robots: dict[str, robotstxt.Robots] = {}  # host -> rules, until they expire
+        self._robots_waiting: dict[str, list[InHand]] = defaultdict(list)
+        self._in_hand: dict[str, InHand] = {}          # id -> leased or held by this worker
+        self._held: set[str] = set()
+        self._busy = False
+        self._closing = False
+        self._cluster: dict[str, int] = {}
+        self._last_renew = 0.0
+        self._flushed_idle = False
+        self._again = False    # something happened while a tick was running: run another right after it
+        self._kicked = False
+        self._last_counts = 0.0
+        self._loop: task.LoopingCall | None = None
+        self._robots_in_flight: set[str] = set()  # at close: hosts to release when their robots.txt answers
+        self.admission: Admission | None = None
+
+    @classmethod
+    def from_crawler(cls, crawler):
+        scheduler = cls(crawler)
+        crawler.signals.connect(scheduler._on_durable, signal=warc_file_durable)
+        crawler.signals.connect(scheduler._on_fetch_finished, signal=fetch_finished)
+        crawler.signals.connect(scheduler._on_fetch_failed, signal=fetch_failed)
+        crawler.signals.connect(scheduler._on_engine_stopped, signal=signals.engine_stopped)
+        return scheduler
+
+    # --- Scrapy's scheduler interface ----------------------------------------------------------------
+    def open(self, spider):
+        self.spider = spider
+        self.admission = Admission(self.cfg, set(getattr(spider, "allowed_domains", None) or []))
+        if self._backend is None:
+            self._backend = open_backend(self.cfg, self.crawler.settings.get("WEBLM_LOCAL_DIR") or ".")
+        self.crawler.weblm_digest_index = _DigestIndex(self._backend)
+        self._pool.start()
+        self._loop = task.LoopingCall(self._tick)
+        self._loop.start(self.cfg.frontier.refill_every_s, now=True)
+        logger.info("frontier: %s (%s)", type(self._backend).__name__, self.cfg.frontier.url or "embedded")
+
+    def close(self, reason):
+        """Nothing new leaves; URLs leased but not sent go back to the frontier at once."""
+        self._closing = True
+        unsent = [item.lease.id for item in self._buffer]
+        unsent += [item.lease.id for items in self._robots_waiting.values() for item in items]
+        parked = [r.meta[LEASE_META] for _, _, r in self._delayed if r.meta.get(LEASE_META) in self._in_hand]
+        unsent += parked
+        # a host whose robots.txt is in flight is released at its answer
+        hosts = {item.lease.host for item in self._buffer} | {self._in_hand[id_].lease.host for id_ in parked}
+        self._robots_in_flight = set(self._robots_waiting)
+        self._buffer.clear()
+        self._robots_waiting.clear()
+        self._delayed.clear()
+        now = time.time()
+        if unsent:
+            self._op("requeue", unsent, now)
+            for id_ in unsent:
+                self._in_hand.pop(id_, None)
+        for host in hosts:  # one delay on: a parked URL's host has just answered its robots.txt
+            self._op("release_host", host, now + self.cfg.download_delay_s)
+        logger.info("frontier: closing (%s): %d URL(s) handed back unsent", reason, len(unsent))
+
+    def has_pending_requests(self) -> bool:
+        if self._buffer or self._delayed or self._robots_waiting or self._adds or self._ops:
+            return True
+        if self._busy or self._kicked or self._again:  # a tick carries URLs and outcomes the counts do not show yet
+            return True
+        c = self._cluster
+        others_held = max(0, c.get("held", 0) - len(self._held))
+        return bool(c.get("queued", 0) + c.get("leased", 0) + others_held) or not self._cluster
+
+    def enqueue_request(self, request: Request) -> bool:
+        if ROBOTS_META in request.meta:  # a robots.txt redirect hop: after the host's delay
+            self._park(request, time.time() + self.cfg.download_delay_s)
+            return True
+        lease_id = request.meta.get(LEASE_META)
+        if lease_id and lease_id in self._in_hand and self.canon.id(request.url) == lease_id:
+            return self._retry(lease_id, request)
+        request.meta.pop(LEASE_META, None)  # a redirect's new request copies its parent's meta
+        depth = int(request.meta.get("depth", 0))
+        url = self.canon.strip(request.url)
+        reason = self.admission.reason(url, depth)
+        if reason is not None:
+            self.stats.inc_value(f"weblm/filtered/{reason}")
+            return False
+        key = self.canon.key(url)
+        seed = bool(request.meta.get("weblm_seed"))
+        priority = (self.cfg.frontier.seed_boost if seed else 0) - depth
+        meta = {k: request.meta[k] for k in CARRIED_META if k in request.meta}
+        payload = json.dumps({"url": url, "meta": meta})
+        host = politeness_key(url, self.cfg.frontier.politeness_key)
+        self._adds.append(NewUrl(key.hex(), host, url, priority, payload, url_hashes(key)))
+        self._kick()
+        return True
+
+    def next_request(self) -> Request | None:
+        if self._closing:
+            return None
+        now = time.time()
+        if self._delayed and self._delayed[0][0] <= now:
+            return heapq.heappop(self._delayed)[2]
+        while self._buffer:
+            item = self._buffer.popleft()
+            request = self._dispatch(item, now)
+            if request is not None:
+                return request
+        return None
+
+    def __len__(self) -> int:
+        return len(self._buffer) + self._cluster.get("queued", 0)
+
+    # --- the leased URL's way out --------------------------------------------------------------------
+    def _dispatch(self, item: InHand, now: float) -> Request | None:
+        host = item.lease.host
+        rules = self._robots.get(host)
+        if not self.cfg.obey_robots:
+            return self._send(item)
+        if rules is None or rules.record.expires <= now:
+            waiting = self._robots_waiting[host]
+            waiting.append(item)
+            if len(waiting) == 1:
+                return self._robots_request(host, item.url)
+            return None
+        if rules.allowed(item.url, self.user_agent):
+            return self._send(item)
+        self._deny(item, rules, now)
+        self._op("release_host", host, now)  # nothing was sent: the host's last fetch ended long enough ago
+        return None
+
+    def _deny(self, item: InHand, rules: robotstxt.Robots, now: float) -> None:
+        """robots.txt disallows the URL: done unfetched, and it no longer counts against its host's budget."""
+        self.stats.inc_value("weblm/robots_denied")
+        logger.debug("robots.txt disallows %s", item.url)
+        self._forget(item.lease.id)
+        # a robots.txt that failed is asked again after its short TTL: the URL comes back with it
+        refetch = rules.record.expires if rules.record.status == "disallow_all" else self._refetch_at(item, now)
+        self._op("ack", [item.lease.id], refetch, now)
+        self._op("refund", [item.lease.host])
+
+    def _send(self, item: InHand) -> Request:
+        item.sent = True
+        meta = {**item.meta, LEASE_META: item.lease.id, "download_slot": item.lease.host}
+        return Request(item.url, callback=self.spider.parse, errback=self.spider.on_error, meta=meta,
+                       dont_filter=True)
+
+    def _robots_request(self, host: str, url: str) -> Request:
+        parts = urlsplit(url)
+        # non-2xx answers reach _robots_failed with their response; redirects are followed up to the RFC's limit
+        meta = {ROBOTS_META: host, "dont_retry": True, "allow_offsite": True,  # RFC 9309 follows any redirect
+                "redirect_ttl": self.cfg.frontier.robots_max_redirects, "download_slot": host,
+                "download_maxsize": max(self.cfg.frontier.robots_max_bytes * 4, 2 ** 20)}
+        self.stats.inc_value("weblm/robots/fetches")
+        return Request(f"{parts.scheme}://{parts.netloc}/robots.txt", callback=self._robots_answer,
+                       errback=self._robots_failed, meta=meta, dont_filter=True, priority=1000)
+
+    def _robots_answer(self, response):
+        f = self.cfg.frontier
+        if 300 <= response.status < 400:  # a redirect RedirectMiddleware did not follow: past the hop limit
+            record = robotstxt.from_error("redirect_limit", time.time(), f.robots_ttl_s, f.robots_error_ttl_s)
+        else:
+            record = robotstxt.from_answer(response.status, response.body, time.time(), f.robots_ttl_s,
+                                           f.robots_error_ttl_s, f.robots_max_bytes)
+        self._robots_known(response.meta[ROBOTS_META], record)
+        return []
+
+    def _robots_failed(self, failure):
+        from spider.errors import failure_kind
+        f = self.cfg.frontier
+        request = failure.request
+        response = getattr(failure.value, "response", None)
+        if response is not None:
+            return self._robots_answer(response)
+        kind = failure_kind(failure)
+        if "redirect" in failure.getErrorMessage().lower():
+            kind = "redirect_limit"
+        record = robotstxt.from_error(kind, time.time(), f.robots_ttl_s, f.robots_error_ttl_s)
+        self._robots_known(request.meta[ROBOTS_META], record)
+
+    def _robots_known(self, host: str, record) -> None:
+        now = time.time()
+        self._op("robots_put", host, record)
+        rules = robotstxt.parse(record)
+        self._robots[host] = rules
+        self.stats.inc_value(f"weblm/robots/{record.status}")
+        if record.status == "disallow_all":
+            logger.warning("robots.txt for %s %s: host disallowed, asked again at %s (RFC 9309 §2.3.1.4)", host,
+                           f"answered {record.detail}" if record.detail.startswith("HTTP") else
+                           f"could not be fetched ({record.detail})",
+                           time.strftime("%H:%M:%S", time.localtime(record.expires)))
+        elif record.detail == "redirect_limit":
+            logger.warning("robots.txt for %s redirects more than %d times: read as unavailable, no rules "
+                           "(RFC 9309 §2.3.1.2)", host, self.cfg.frontier.robots_max_redirects)
+        waiting = self._robots_waiting.pop(host, [])
+        if self._closing:  # close() handed the URLs back; the host is free once this answer is in
+            self._robots_in_flight.discard(host)
+            self._op("release_host", host, now + self.cfg.download_delay_s)
+            return
+        state = waiting[0].lease.host_state if waiting else HostState()
+        asked = rules.crawl_delay(self.user_agent)
+        state = with_crawl_delay(self.cfg, state, asked)
+        if state.delay_s > 0:
+            self.stats.inc_value("weblm/robots/crawl_delay_hosts")
+            if asked > self.cfg.max_crawl_delay_s:
+                logger.warning("robots.txt for %s asks for Crawl-delay %.1f s; capped at crawl.max_crawl_delay_s="
+                               "%.1f s", host, asked, self.cfg.max_crawl_delay_s)
+        next_at, state = after_fetch(self.cfg, state, now, failed=False)
+        for item in waiting:
+            item.lease = replace(item.lease, host_state=state)
+        allowed = [item for item in waiting if rules.allowed(item.url, self.user_agent)]
+        for item in waiting:
+            if item not in allowed:
+                self._deny(item, rules, now)
+        if allowed:
+            # the robots.txt fetch was a request to the host: its URL waits out the delay
+            self._park(self._send(allowed[0]), next_at)
+            if len(allowed) > 1:
+                self._op("requeue", [i.lease.id for i in allowed[1:]], now)
+                for i in allowed[1:]:
+                    self._forget(i.lease.id)
+        else:
+            self._op("release_host", host, next_at, state)
+
+    def _park(self, request: Request, not_before: float) -> None:
+        heapq.heappush(self._delayed, (not_before, next(self._seq), request))
+        reactor.callLater(max(0.0, not_before - time.time()), self._wake_engine)
+
+    # --- fetch outcomes (FetchOutcomeMiddleware, the spider's errback, the WARC writer) ---------------
+    def _on_fetch_finished(self, request: Request, failed: bool, blocked_until: float = 0.0) -> None:
+        lease_id = request.meta.get(LEASE_META)
+        item = self._in_hand.get(lease_id) if lease_id else None
+        if item is None:
+            return
+        now = time.time()
+        next_at, state = after_fetch(self.cfg, item.lease.host_state, now, failed, blocked_until)
+        item.lease = replace(item.lease, host_state=state)
+        self._held.add(lease_id)
+        self._op("fetched", [lease_id], now + self.cfg.frontier.lease_s)
+        self._op("release_host", item.lease.host, next_at, state)
+        self._kick()
+        reactor.callLater(max(0.0, next_at - now), self._kick)  # lease the host again the moment it is due
+
+    def _on_fetch_failed(self, request: Request) -> None:
+        """Failed for good with nothing recorded (network error after retries): done until the error recrawl."""
+        lease_id = request.meta.get(LEASE_META)
+        item = self._forget(lease_id) if lease_id else None
+        if item is not None:
+            now = time.time()
+            self._op("ack", [lease_id], now + self.cfg.frontier.error_recrawl_after_s, now)
+
+    def _retry(self, lease_id: str, request: Request) -> bool:
+        item = self._forget(lease_id)
+        meta = {k: request.meta[k] for k in CARRIED_META if k in request.meta}
+        self._op("requeue", [lease_id], time.time(), {lease_id: json.dumps({"url": item.url, "meta": meta})})
+        self.stats.inc_value("weblm/frontier/retries_requeued")
+        return True
+
+    def _on_durable(self, warc: DurableWarc) -> None:
+        now = time.time()
+        by_refetch: dict[float | None, list[str]] = defaultdict(list)
+        for url in warc.urls:
+            id_ = self.canon.id(url)
+            item = self._forget(id_)
+            by_refetch[self._refetch_at(item, now)].append(id_)
+        for refetch, ids in by_refetch.items():
+            self._op("ack", ids, refetch, now)
+
+    def _refetch_at(self, item: InHand | None, now: float) -> float | None:
+        f = self.cfg.frontier
+        after = f.hot_recrawl_after_s if item is not None and item.seed else f.recrawl_after_s
+        return now + after if after > 0 else None
+
+    def _forget(self, id_: str) -> InHand | None:
+        self._held.discard(id_)
+        return self._in_hand.pop(id_, None)
+
+    # --- the background thread -----------------------------------------------------------------------
+    def _op(self, name: str, *args: Any) -> None:
+        self._ops.append((name, args))
+
+    def _kick(self) -> None:
+        """Tick as soon as the thread is free: a released host or new URLs should not wait for the timer."""
+        if self._busy:
+            self._again = True
+        elif self._backend is not None and not self._kicked:
+            self._kicked = True
+            reactor.callLater(0, self._tick)
+
+    def _tick(self) -> None:
+        self._kicked = False
+        if self._busy or self._backend is None:
+            self._again = self._busy
+            return
+        now = time.time()
+        ops, self._ops = self._ops, []
+        adds, self._adds = self._adds, []
+        want = 0 if self._closing else max(0, self.cfg.frontier.buffer - len(self._buffer) - len(self._delayed))
+        renew: list[str] = []
+        if now - self._last_renew >= self.cfg.frontier.renew_every_s:
+            renew, self._last_renew = list(self._in_hand), now
+        self._busy = True
+        d = deferToThreadPool(reactor, self._pool, self._apply, ops, adds, want, renew, now)
+        d.addCallbacks(self._applied, self._failed)
+
+    def _apply(self, ops, adds, want: int, renew: list[str], now: float):
+        """Runs on the frontier thread: the only place the backend is called (except the digest index)."""
+        b = self._backend
+        f = self.cfg.frontier
+        try:
+            outcomes = b.add(adds, now, self.cfg.max_pages_per_host) if adds else []
+        except Exception as exc:
+            raise _Unapplied(ops, adds) from exc
+        for done, (name, args) in enumerate(ops):
+            try:
+                getattr(b, name)(*args)
+            except Exception as exc:
+                raise _Unapplied(ops[done:], []) from exc  # applied in order: the rest waits for the next tick
+        if renew:
+            b.renew(renew, now + f.lease_s)
+        leased = b.lease(want, now, f.lease_s) if want else []
+        robots = {item.host: b.robots_get(item.host) for item in leased if item.host not in self._robots}
+        counts = None
+        if now - self._last_counts >= COUNTS_EVERY_S or not leased:
+            counts, self._last_counts = b.counts(now), now
+        return outcomes, leased, robots, counts
+
+    def _applied(self, result) -> None:
+        self._busy = False
+        if self._again:
+            self._again = False
+            self._kick()
+        outcomes, leased, robots, counts = result
+        for outcome in outcomes:
+            if outcome != "admitted":
+                self.stats.inc_value(f"weblm/filtered/{outcome}")
+            else:
+                self.stats.inc_value("weblm/frontier/admitted")
+        now = time.time()
+        for host, record in robots.items():
+            if record is not None and record.expires > now:
+                self._robots[host] = robotstxt.parse(record)
+        for lease in leased:
+            data = json.loads(lease.payload)
+            item = InHand(lease, data["url"], data.get("meta", {}), bool(data.get("meta", {}).get("weblm_seed")))
+            self._in_hand[lease.id] = item
+            if self._closing:
+                self._op("requeue", [lease.id], now)
+                self._op("release_host", lease.host, now)
+                self._forget(lease.id)
+            else:
+                self._buffer.append(item)
+        if counts is not None:
+            self._cluster = counts
+            for name, value in counts.items():
+                self.stats.set_value(f"weblm/frontier/{name}", value)
+            self._maybe_flush(counts)
+        self.stats.set_value("weblm/frontier/in_hand", len(self._in_hand))
+        if leased or not self.has_pending_requests():
+            self._wake_engine()  # new work, or the end: either way the engine should look now
+
+    def _wake_engine(self) -> None:
+        """The engine asks for requests after each download and on a 5 s heartbeat; new work should not wait
+        for it (Frontera's scheduler does the same)."""
+        engine = self.crawler.engine
+        if engine is not None and getattr(engine, "_slot", None) is not None:
+            engine._slot.nextcall.schedule()
+
+    def _maybe_flush(self, counts: dict[str, int]) -> None:
+        """Nothing left to fetch here but URLs held for their records: close the WARC file so they are acked."""
+        idle = not (self._buffer or self._delayed or self._robots_waiting or self._adds) \
+            and counts.get("queued", 0) + counts.get("leased", 0) == 0
+        if idle and self._held and not self._flushed_idle:
+            self._flushed_idle = True
+            self.crawler.signals.send_catch_log(signal=warc_flush_requested)
+        elif not idle:
+            self._flushed_idle = False
+
+    def _failed(self, failure) -> None:
+        self._busy = False
+        self.stats.inc_value("weblm/errors/frontier_backend")
+        cause = failure.value
+        if isinstance(cause, _Unapplied):
+            self._ops[:0] = cause.ops
+            self._adds[:0] = cause.adds
+            cause = cause.__cause__
+        logger.error("frontier backend call failed (%s: %s); %d operation(s) kept for the next tick",
+                     type(cause).__name__, cause, len(self._ops))
+
+    def _on_engine_stopped(self) -> None:
+        """The last acknowledgements (WARC files closed at spider_closed) reach the backend before it closes."""
+        if self._loop is not None and self._loop.running:
+            self._loop.stop()
+        backend = self._backend
+        if backend is None:
+            return
+        for host in self._robots_in_flight:  # never answered before the engine stopped
+            self._op("release_host", host, time.time() + self.cfg.download_delay_s)
+        ops, self._ops = self._ops, []
+        adds, self._adds = self._adds, []
+        try:
+            if self._pool.started:
+                self._pool.stop()  # waits for a tick in flight
+            self._apply(ops, adds, 0, [], time.time())
+        except Exception as exc:  # noqa: BLE001  (the URLs come back when their leases expire)
+            logger.error("frontier: could not apply the last %d operation(s): %s; their URLs come back after "
+                         "frontier.lease_s", len(ops), exc)
+        backend.close()
+
+
+class _Unapplied(Exception):
+    """What a failed tick did not apply, handed back to be applied first on the next one."""
+
+    def __init__(self, ops: list, adds: list):
+        super().__init__(f"{len(ops)} operation(s), {len(adds)} URL(s) not applied")
+        self.ops, self.adds = ops, adds
+
+
+class _DigestIndex:
+    """The WARC writer's view of the frontier's payload-digest index (called from the writer thread)."""
+
+    def __init__(self, backend: FrontierBackend):
+        self.backend = backend
+
+    def first(self, digest, seen):
+        return self.backend.digest_first(digest, seen)

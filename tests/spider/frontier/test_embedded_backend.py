@@ -1,0 +1,141 @@
+"""The embedded SQLite backend against the frontier contract, and what one machine adds: processes sharing the
+file, a crawl killed mid-write, one instance called from two threads."""
+from __future__ import annotations
+
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import textwrap
+import threading
+from pathlib import Path
+
+import pytest
+
+from spider.frontier.backend import DigestSeen
+from spider.frontier.bloom import BloomLayout
+from spider.frontier.embedded import SqliteFrontier
+from tests.spider.frontier.contract import SMALL, T0, FrontierContract, url, urls_of
+
+REPO = Path(__file__).resolve().parents[3]
+
+
+class TestSqliteFrontier(FrontierContract):
+    @pytest.fixture(autouse=True)
+    def _tmp(self, tmp_path):
+        self.tmp_path = tmp_path
+
+    def make_backend(self, bloom: BloomLayout = SMALL) -> SqliteFrontier:
+        backend = SqliteFrontier(str(self.tmp_path / "frontier" / "frontier.sqlite"), bloom)
+        backend.clear()
+        return backend
+
+    def reopen(self, backend: SqliteFrontier) -> SqliteFrontier:
+        return SqliteFrontier(backend.path, backend.bloom)
+
+
+# A child process over the same file: `url()` as in the contract, `fb` the frontier, sys.argv[1] its path.
+CHILD = """
+import json, sys
+from spider.frontier.embedded import SqliteFrontier
+from tests.spider.frontier.contract import SMALL, T0, url
+fb = SqliteFrontier(sys.argv[1], SMALL)
+"""
+
+
+def run_child(path: Path, code: str) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-c", CHILD + textwrap.dedent(code), str(path)], cwd=REPO,
+                            env={**os.environ, "PYTHONPATH": str(REPO)}, stdout=subprocess.PIPE, text=True)
+
+
+def test_a_second_process_sharing_the_file_sees_the_same_admissions_and_leases(tmp_path):
+    fb = SqliteFrontier(str(tmp_path / "frontier.sqlite"), SMALL)
+    try:
+        fb.add([url("http://a.test/1")], T0, 0)
+        (mine,) = fb.lease(1, T0, 60)
+        child = run_child(Path(fb.path), """
+            print(json.dumps(fb.add([url("http://a.test/1"), url("http://a.test/2"), url("http://b.test/1")], T0, 0)))
+            print(json.dumps([item.host for item in fb.lease(10, T0, 60)]))
+        """)
+        out, _ = child.communicate(timeout=60)
+        assert child.returncode == 0
+        assert out.splitlines() == ['["seen", "admitted", "admitted"]', '["b.test"]']  # a.test is busy with mine
+        fb.ack([mine.id], None, T0)
+        fb.release_host("a.test", T0)
+        assert urls_of(fb.lease(10, T0, 60)) == ["http://a.test/2"]
+    finally:
+        fb.close()
+
+
+def test_a_crawl_killed_mid_write_loses_no_commit_and_leaves_a_sound_file(tmp_path):
+    path = tmp_path / "frontier.sqlite"
+    child = run_child(path, """
+        n = 0
+        while True:  # admit, lease and settle as fast as it can; print what each committed add admitted
+            batch = [url(f"http://h{n % 17}.test/{n}-{i}") for i in range(20)]
+            fb.add(batch, T0 + n, 0)
+            print(n, flush=True)
+            for item in fb.lease(8, T0 + n, 30):
+                fb.fetched([item.id], T0 + n + 60)
+                fb.ack([item.id], T0 + n + 1000 if n % 2 else None, T0 + n)
+                fb.release_host(item.host, T0 + n)
+            n += 1
+    """)
+    committed = -1
+    while committed < 50:
+        committed = int(child.stdout.readline())
+    child.send_signal(signal.SIGKILL)
+    child.wait(timeout=60)
+    child.stdout.close()
+
+    with sqlite3.connect(path) as db:
+        assert db.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+        by_state = dict(db.execute("SELECT state, count(*) FROM urls GROUP BY state").fetchall())
+        assert {state: n for state, n in db.execute("SELECT state, n FROM url_counts") if n} == by_state
+    fb = SqliteFrontier(str(path), SMALL)
+    try:
+        assert set(fb.add([url(f"http://h{n % 17}.test/{n}-{i}") for n in range(committed + 1) for i in range(20)],
+                          T0, 0)) == {"seen"}
+        assert fb.counts(T0)["seen"] >= 20 * (committed + 1)
+    finally:
+        fb.close()
+
+
+def test_one_instance_serves_the_scheduler_and_the_warc_writer_threads_at_once(tmp_path):
+    fb = SqliteFrontier(str(tmp_path / "frontier.sqlite"), SMALL)
+    errors: list[BaseException] = []
+
+    def writer() -> None:
+        try:
+            for i in range(300):
+                first = DigestSeen(f"http://a.test/{i}", "2026-01-01T00:00:00Z", f"<urn:uuid:{i}>")
+                assert fb.digest_first(f"sha1:{i}", first) is None
+        except BaseException as e:  # noqa: BLE001 - reported by the main thread
+            errors.append(e)
+
+    thread = threading.Thread(target=writer)
+    thread.start()
+    leased = 0
+    for step in range(100):
+        fb.add([url(f"http://h{step % 7}.test/{step}")], T0 + step, 0)
+        for item in fb.lease(4, T0 + step, 30):
+            fb.ack([item.id], None, T0 + step)
+            fb.release_host(item.host, T0 + step)
+            leased += 1
+    thread.join()
+    fb.close()
+    assert not errors and leased == 100
+
+
+def test_a_different_bloom_layout_is_refused_until_the_frontier_is_cleared(tmp_path):
+    path = str(tmp_path / "frontier.sqlite")
+    SqliteFrontier(path, SMALL).close()
+    fb = SqliteFrontier(path, BloomLayout(capacity=5000, fp_rate=1e-6, block_bytes=4096))
+    try:
+        with pytest.raises(ValueError, match="Bloom layout"):
+            fb.add([url("http://a.test/1")], T0, 0)
+        fb.clear()
+        assert fb.add([url("http://a.test/1")], T0, 0) == ["admitted"]
+    finally:
+        fb.close()
