@@ -1,6 +1,8 @@
 """Names for the ways a fetch fails, for the `errors` counters of the crawl stats (SEAMS §2)."""
 from __future__ import annotations
 
+import zlib
+
 from twisted.internet import defer
 from twisted.internet import error as tx
 from twisted.python.failure import Failure
@@ -19,6 +21,7 @@ KINDS: list[tuple[str, tuple[type[BaseException], ...]]] = [
     # Scrapy cancels a download only when it passes DOWNLOAD_MAXSIZE (http11._ResponseReader).
     ("too_large", (DownloadCancelledError, defer.CancelledError)),
     ("data_loss", (ResponseDataLossError,)),
+    ("bad_encoding", (zlib.error,)),  # a body whose Content-Encoding does not decode (broken gzip)
     ("connection_lost", (tx.ConnectionLost, tx.ConnectionDone, ResponseFailed, ResponseNeverReceived,
                          tx.ConnectError)),
 ]
@@ -34,6 +37,8 @@ def failure_kind(failure: Failure) -> str:
             return "robots_denied"
         if "offsite" in message:
             return "offsite"
+        if "download_maxsize" in message:  # HttpCompressionMiddleware: a body that decompresses past the cap
+            return "too_large"
         return "ignored"
     for kind, types in KINDS:
         if failure.check(*types):

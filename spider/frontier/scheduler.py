@@ -18,6 +18,7 @@ import heapq
 import itertools
 import json
 import logging
+import random
 import time
 from collections import defaultdict, deque
 from dataclasses import dataclass, replace
@@ -323,7 +324,8 @@ class FrontierScheduler(BaseScheduler):
         self._op("fetched", [lease_id], now + self.cfg.frontier.lease_s)
         self._op("release_host", item.lease.host, next_at, state)
         self._kick()
-        reactor.callLater(max(0.0, next_at - now), self._kick)  # lease the host again the moment it is due
+        # once the host is due, at a random point of the refill period: no head start over the other workers
+        reactor.callLater(max(0.0, next_at - now) + random.uniform(0, self.cfg.frontier.refill_every_s), self._kick)
 
     def _on_fetch_failed(self, request: Request) -> None:
         """Failed for good with nothing recorded (network error after retries): done until the error recrawl."""
@@ -379,7 +381,10 @@ class FrontierScheduler(BaseScheduler):
         now = time.time()
         ops, self._ops = self._ops, []
         adds, self._adds = self._adds, []
-        want = 0 if self._closing else max(0, self.cfg.frontier.buffer - len(self._buffer) - len(self._delayed))
+        # no more than the downloader has room for: a worker does not sit on hosts others could fetch now
+        in_flight = sum(1 for id_, item in self._in_hand.items() if item.sent and id_ not in self._held)
+        room = min(self.cfg.frontier.buffer, self.cfg.concurrent_requests - in_flight)
+        want = 0 if self._closing else max(0, room - len(self._buffer) - len(self._delayed))
         renew: list[str] = []
         if now - self._last_renew >= self.cfg.frontier.renew_every_s:
             renew, self._last_renew = list(self._in_hand), now

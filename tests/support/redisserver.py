@@ -5,7 +5,9 @@ for the persistence tests.  Nothing is faked: the frontier's Lua scripts run ins
 """
 from __future__ import annotations
 
+import random
 import shutil
+import socket
 import subprocess
 import time
 from pathlib import Path
@@ -74,21 +76,41 @@ class RedisServer:
             return int(client.info("memory")["used_memory"])
 
 
+def cluster_port() -> int:
+    """A free port whose cluster bus port (+10000) is free too: Redis refuses cluster ports above 55535, and the
+    kernel's ephemeral picks go up to 60999."""
+    while True:
+        port = random.randint(20000, 55535)
+        try:
+            for p in (port, port + 10000):
+                with socket.socket() as s:
+                    s.bind(("127.0.0.1", p))
+        except OSError:
+            continue
+        return port
+
+
 class RedisCluster:
     """Three masters, no replicas, slots spread by `redis-cli --cluster create`."""
 
     def __init__(self, workdir: Path):
-        self.nodes = [RedisServer(workdir / f"node{i}", cluster=True) for i in range(3)]
-        cli = shutil.which("redis-cli") or "/usr/bin/redis-cli"
-        subprocess.run([cli, "--cluster", "create", *[f"127.0.0.1:{n.port}" for n in self.nodes],
-                        "--cluster-replicas", "0", "--cluster-yes"], check=True, capture_output=True, timeout=60)
-        client = redis.Redis(port=self.nodes[0].port)
-        deadline = time.monotonic() + 30
-        while client.cluster("info").get("cluster_state") != "ok":
-            if time.monotonic() > deadline:
-                raise RuntimeError("the 3-node Redis Cluster did not reach state ok within 30 s")
-            time.sleep(0.1)
-        client.close()
+        self.nodes: list[RedisServer] = []
+        try:
+            for i in range(3):
+                self.nodes.append(RedisServer(workdir / f"node{i}", cluster=True, port=cluster_port()))
+            cli = shutil.which("redis-cli") or "/usr/bin/redis-cli"
+            subprocess.run([cli, "--cluster", "create", *[f"127.0.0.1:{n.port}" for n in self.nodes],
+                            "--cluster-replicas", "0", "--cluster-yes"], check=True, capture_output=True, timeout=60)
+            client = redis.Redis(port=self.nodes[0].port)
+            deadline = time.monotonic() + 30
+            while client.cluster("info").get("cluster_state") != "ok":
+                if time.monotonic() > deadline:
+                    raise RuntimeError("the 3-node Redis Cluster did not reach state ok within 30 s")
+                time.sleep(0.1)
+            client.close()
+        except BaseException:
+            self.stop()
+            raise
 
     @property
     def url(self) -> str:
