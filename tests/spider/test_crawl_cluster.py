@@ -123,18 +123,26 @@ def crawl_overrides(web, frontier_url: str) -> list[str]:
     return [f"proxy={web.proxy_url}", f"frontier.url={frontier_url}", *SHARED]
 
 
+def start_two(tmp_path, web, frontier_url: str, workers: list) -> set[str]:
+    """Two workers on the same seeds and frontier; returns the seeds' hosts."""
+    seeds = web_seeds(web)
+    for i in range(2):
+        workers.append(start_worker(i, tmp_path, tmp_path / "seeds.txt", seeds, crawl_overrides(web, frontier_url)))
+    return {urlsplit(s).hostname for s in seeds}
+
+
+def finish_all(workers: list) -> None:
+    for w in workers:
+        w.wait(120)
+    for w in workers:
+        assert_clean_finish(w)
+
+
 def test_two_workers_share_one_crawl_each_page_once_and_hosts_stay_polite(tmp_path, redis_server, workers):
     truth = ground_truth()
     with LocalWeb(load_config(WEB)) as web:
-        seeds = web_seeds(web)
-        hosts = {urlsplit(s).hostname for s in seeds}
-        for i in range(2):
-            workers.append(start_worker(i, tmp_path, tmp_path / "seeds.txt", seeds,
-                                        crawl_overrides(web, redis_server.url)))
-        for w in workers:
-            w.wait(120)
-        for w in workers:
-            assert_clean_finish(w)
+        hosts = start_two(tmp_path, web, redis_server.url, workers)
+        finish_all(workers)
         assert_exactly_once(web, truth, workers)
         assert_polite(web, hosts)
         # both workers did part of the crawl, and some host was fetched by both (so the gaps above were kept
@@ -150,11 +158,7 @@ def test_two_workers_share_one_crawl_each_page_once_and_hosts_stay_polite(tmp_pa
 def test_a_killed_worker_loses_nothing_its_urls_come_back_to_the_survivor(tmp_path, redis_server, workers):
     truth = ground_truth()
     with LocalWeb(load_config(WEB)) as web:
-        seeds = web_seeds(web)
-        hosts = {urlsplit(s).hostname for s in seeds}
-        for i in range(2):
-            workers.append(start_worker(i, tmp_path, tmp_path / "seeds.txt", seeds,
-                                        crawl_overrides(web, redis_server.url)))
+        hosts = start_two(tmp_path, web, redis_server.url, workers)
         victim, survivor = workers
         # mid-crawl: the victim has closed a WARC file with fetches in it (acknowledged) and has fetches in its
         # open file (held until that file is durable), and about a third of the crawl is done
@@ -200,20 +204,13 @@ def test_the_crawl_rides_out_a_redis_restart(tmp_path, workers):
     try:
         truth = ground_truth()
         with LocalWeb(load_config(WEB)) as web:
-            seeds = web_seeds(web)
-            hosts = {urlsplit(s).hostname for s in seeds}
-            for i in range(2):
-                workers.append(start_worker(i, tmp_path, tmp_path / "seeds.txt", seeds,
-                                            crawl_overrides(web, server.url)))
+            hosts = start_two(tmp_path, web, server.url, workers)
             wait_for(lambda: web.hits.count() >= 20, 60, "20 requests")
             server.stop()
             time.sleep(2.0)   # every worker's frontier calls fail meanwhile (leases last 4 s, renewed each 1 s)
             down_hits = web.hits.count()
             server.start()    # same port, same append-only file
-            for w in workers:
-                w.wait(120)
-            for w in workers:
-                assert_clean_finish(w)
+            finish_all(workers)
             errors = [w.stats["errors"].get("frontier_backend", 0) for w in workers]
             assert all(errors), f"frontier backend errors per worker: {errors} (Redis was down for 2 s)"
             print(f"\nfrontier backend errors per worker while Redis was down: {errors}")
@@ -229,15 +226,8 @@ def test_a_redis_cluster_crawl_equals_the_single_server_one(tmp_path, workers):
     try:
         truth = ground_truth()
         with LocalWeb(load_config(WEB)) as web:
-            seeds = web_seeds(web)
-            hosts = {urlsplit(s).hostname for s in seeds}
-            for i in range(2):
-                workers.append(start_worker(i, tmp_path, tmp_path / "seeds.txt", seeds,
-                                            crawl_overrides(web, cluster.url)))
-            for w in workers:
-                w.wait(120)
-            for w in workers:
-                assert_clean_finish(w)
+            hosts = start_two(tmp_path, web, cluster.url, workers)
+            finish_all(workers)
             assert_exactly_once(web, truth, workers)
             assert_polite(web, hosts)
         # the frontier's partitions really are spread over the three masters
