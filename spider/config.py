@@ -52,8 +52,9 @@ class FrontierConfig:
         if self.url and not self.url.startswith(("redis://", "rediss://", "redis+cluster://", "sqlite:///")):
             raise ValueError(f"frontier.url={self.url!r}: use \"\" (embedded), redis://HOST:PORT/DB, "
                              f"redis+cluster://HOST:PORT or sqlite:///PATH")
-        if self.politeness_key not in ("host", "domain", "ip"):
-            raise ValueError(f"frontier.politeness_key={self.politeness_key!r}: one of host, domain, ip")
+        if self.politeness_key not in ("host", "domain"):
+            raise ValueError(f"frontier.politeness_key={self.politeness_key!r}: host or domain (per-IP keys need "
+                             f"resolution before a URL is queued, which the frontier does not do)")
         if self.partitions < 1:
             raise ValueError("frontier.partitions must be >= 1")
         if not 0 < self.renew_every_s < self.lease_s:

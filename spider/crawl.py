@@ -32,7 +32,8 @@ logger = logging.getLogger("spider.crawl")
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m spider.crawl", description=__doc__.splitlines()[0])
-    parser.add_argument("--seeds", help="seed file, one URL per line (default: paths.seeds)")
+    parser.add_argument("--seeds", help="seed file, one URL per line (default: paths.seeds); a worker of a shared "
+                                        "frontier (frontier.url) may start without one and join the crawl")
     parser.add_argument("--warc-dir", help="where WARC files go (default: paths.warc_dir)")
     parser.add_argument("--stats", help="crawl counters JSON (default: paths.crawl_stats)")
     parser.add_argument("--fresh-frontier", action="store_true",
@@ -50,7 +51,12 @@ def main(argv: list[str] | None = None) -> int:
         crawl_overrides, path_overrides = split_paths_overrides(args.override)
         paths = load_paths(path_overrides)
         cfg = load_crawl_config(crawl_overrides)
-        seeds = read_seeds(_location(args.seeds) if args.seeds else paths.seeds)
+        if args.seeds or storage.exists(paths.seeds) or not cfg.frontier.url:
+            seeds = read_seeds(_location(args.seeds) if args.seeds else paths.seeds)
+        else:  # a worker joining a shared crawl: the frontier has the work and the crawl's scope
+            seeds = []
+            print(f"spider.crawl: no seeds ({paths.seeds} does not exist): joining the crawl in "
+                  f"{cfg.frontier.url}", file=sys.stderr)
     except (ConfigError, SeedError, ValueError) as exc:
         print(f"spider.crawl: {exc}", file=sys.stderr)
         return 2

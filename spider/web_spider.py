@@ -34,13 +34,17 @@ class WebSpider(scrapy.Spider):
         super().__init__(**kwargs)
         self.seeds = seeds
         hosts = {urlsplit(u).hostname for u in seeds} | set(config.allowed_hosts)
-        # Scrapy's OffsiteMiddleware drops redirects that leave these hosts.
-        self.allowed_domains = sorted(h for h in hosts if h)
-        # The frontier admits URLs itself (trap rules, depth, Bloom filter, host budgets); this filter only
-        # serves stock Scrapy's scheduler, the benchmarks' baseline.
-        self.url_filter = None if config.scheduler == FRONTIER else UrlFilter(
-            set(self.allowed_domains), config.max_pages_per_host, config.max_url_length, config.max_repeated_segment)
-        self.link_extractor = LinkExtractor(allow_domains=self.allowed_domains, unique=True)
+        self.scope_hosts = sorted(h for h in hosts if h)
+        if config.scheduler == FRONTIER:
+            # The frontier admits URLs itself (scope shared by the whole cluster, trap rules, depth, Bloom filter,
+            # host budgets): a worker started with other seeds, or none, follows every host of the crawl.
+            self.allowed_domains = None
+            self.url_filter = None
+        else:  # stock Scrapy's scheduler, the benchmarks' baseline: OffsiteMiddleware drops redirects off these hosts
+            self.allowed_domains = self.scope_hosts
+            self.url_filter = UrlFilter(set(self.allowed_domains), config.max_pages_per_host,
+                                        config.max_url_length, config.max_repeated_segment)
+        self.link_extractor = LinkExtractor(allow_domains=self.allowed_domains or (), unique=True)
 
     async def start(self):
         for url in self.seeds:

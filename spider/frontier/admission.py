@@ -1,4 +1,5 @@
-"""Which discovered URLs may enter the frontier: scheme, allowed hosts, depth, trap rules, the SSRF guard.
+"""Which discovered URLs may enter the frontier: scheme, depth, trap rules, the SSRF guard (the crawl's scope
+of hosts is the backend's, shared by every worker).
 
 Checked before the Bloom filter's test-and-set, so a URL refused here (too deep, say) is not marked seen and is
 admitted when it is found again by a shorter path.  The per-host budget is the backend's (it counts only what
@@ -43,14 +44,17 @@ class Admission:
         year = this_year or dt.date.today().year
         self.years = (cfg.frontier.trap_years[0], year + cfg.frontier.trap_years[1])
 
+    def knows(self, host: str) -> bool:
+        """A host this worker knows to be in the crawl's scope (its seeds', crawl.allowed_hosts); any other is
+        checked against the scope the whole cluster shares, in the backend."""
+        return host in self.hosts
+
     def reason(self, url: str, depth: int) -> str | None:
         """None when `url` may enter the frontier, else why not (a stats key)."""
         parts = urlsplit(url)
         if parts.scheme not in ("http", "https"):
             return "scheme"
         host = (parts.hostname or "").lower()
-        if host not in self.hosts:  # exact hosts: seeds' and crawl.allowed_hosts
-            return "offsite"
         if self.cfg.depth_limit and depth > self.cfg.depth_limit:
             return "depth"
         if len(url) > self.cfg.max_url_length:

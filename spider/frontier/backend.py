@@ -29,11 +29,12 @@ from dataclasses import dataclass, field
 class NewUrl:
     """A URL offered to the frontier; the scheduler has already canonicalized it and run the trap rules."""
     id: str            # fingerprint of the canonical URL (spider/frontier/canonical.py), 32 hex chars
-    host: str          # politeness key (host by default; domain or IP by configuration)
+    host: str          # politeness key (the hostname by default; the registered domain by configuration)
     url: str           # the URL to fetch
     priority: int      # higher first within a host (breadth-first: minus the depth)
     payload: str       # what the scheduler needs to rebuild the request (JSON), opaque to the backend
     bloom: tuple[int, int, int]  # three 26-bit hashes of the canonical URL (spider/frontier/bloom.py)
+    in_scope: bool = True  # False: the worker does not know the host; the backend checks the crawl's scope
 
 
 @dataclass(frozen=True)
@@ -82,7 +83,8 @@ class FrontierBackend(ABC):
     def add(self, urls: list[NewUrl], now: float, max_per_host: int) -> list[str]:
         """Admit each URL at most once: an atomic Bloom test-and-set per URL.  Returns one outcome per URL, in
         order: "admitted" (queued; counts against its host's budget), "seen" (the Bloom filter has it: never
-        admitted again, except by recrawl), or "host_budget" (its host already has `max_per_host` admitted URLs;
+        admitted again, except by recrawl), "offsite" (`in_scope` is False and the host is not in the crawl's
+        scope; not marked seen) or "host_budget" (its host already has `max_per_host` admitted URLs;
         *not* marked seen, so a budget raised later admits it).  `max_per_host` <= 0: no budget.  An idle host
         that gets a URL becomes waiting until its stored next-allowed time, or ready now if it has none."""
 
@@ -127,6 +129,16 @@ class FrontierBackend(ABC):
     @abstractmethod
     def refund(self, hosts: list[str]) -> None:
         """One admitted URL per entry no longer counts against its host's budget (robots.txt denied it)."""
+
+    # --- the crawl's scope ----------------------------------------------------------------------------
+    @abstractmethod
+    def scope_add(self, hosts: list[str]) -> None:
+        """Hosts this crawl may follow links into (the seeds' hosts, `crawl.allowed_hosts`), for every worker:
+        one started without seeds joins the crawl and keeps to its scope."""
+
+    @abstractmethod
+    def scope(self) -> set[str]:
+        """Every host added to the scope so far."""
 
     # --- politeness and robots.txt, cluster-wide -------------------------------------------------------
     @abstractmethod

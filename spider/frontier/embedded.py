@@ -68,6 +68,7 @@ CREATE INDEX IF NOT EXISTS robots_by_status ON robots (status);
 CREATE TABLE IF NOT EXISTS digests (
     digest TEXT PRIMARY KEY, url TEXT NOT NULL, date TEXT NOT NULL, record_id TEXT NOT NULL
 ) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS scope (host TEXT PRIMARY KEY) WITHOUT ROWID;
 COMMIT;
 """
 
@@ -185,6 +186,10 @@ class SqliteFrontier(FrontierBackend):
             blocks = _Blocks(db, self.bloom)
             try:
                 for new in urls:
+                    if not new.in_scope and db.execute("SELECT 1 FROM scope WHERE host = ?", (new.host,)).fetchone() \
+                            is None:
+                        out.append("offsite")  # not marked seen: the host may join the scope later
+                        continue
                     stage = self.bloom.stage_for(total)
                     if blocks.has(new.bloom, stage + 1):
                         out.append("seen")
@@ -311,6 +316,15 @@ class SqliteFrontier(FrontierBackend):
             self._db.execute("INSERT OR REPLACE INTO robots VALUES (?, ?, ?, ?, ?, ?)",
                              (host, record.status, record.body, record.fetched_at, record.expires, record.detail))
 
+    # --- scope -------------------------------------------------------------------------------------------
+    def scope_add(self, hosts: list[str]) -> None:
+        with self._transaction() as db:
+            db.executemany("INSERT OR IGNORE INTO scope VALUES (?)", [(h,) for h in hosts])
+
+    def scope(self) -> set[str]:
+        with self._lock:
+            return {h for h, in self._db.execute("SELECT host FROM scope")}
+
     # --- WARC revisit records --------------------------------------------------------------------------
     def digest_first(self, digest: str, first: DigestSeen) -> DigestSeen | None:
         with self._transaction() as db:
@@ -349,7 +363,7 @@ class SqliteFrontier(FrontierBackend):
 
     def clear(self) -> None:
         with self._transaction() as db:
-            for table in ("bloom", "hosts", "urls", "robots", "digests"):
+            for table in ("bloom", "hosts", "urls", "robots", "digests", "scope"):
                 db.execute(f"DELETE FROM {table}")
             db.execute("UPDATE url_counts SET n = 0")
             db.execute("UPDATE meta SET value = 0 WHERE key IN ('admitted', 'expired_leases')")

@@ -16,7 +16,7 @@ from spider.frontier.backend import HostState
 
 
 def politeness_key(url: str, mode: str) -> str:
-    """The key one delay applies to: the hostname (default), its registered domain, or (resolved later) its IP.
+    """The key one delay applies to: the hostname (default) or its registered domain.
 
     `domain` keeps the last two labels, three under a two-letter country code with a short second level
     (example.co.uk); no public-suffix download is allowed at run time, and this is right for the common cases.

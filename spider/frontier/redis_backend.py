@@ -13,6 +13,7 @@ Cluster.  A partition holds, under `<namespace>:{p}:`:
     bf:<stage>:<block> string  Bloom filter blocks (spider/frontier/bloom.py);  bm hash: admitted
     dg        hash   payload digest -> first capture;  stat hash: queued, expired_leases, robots_<status>
 
+The crawl's scope (hosts links may be followed into) is the set `scope` of each host's partition.
 Each script is atomic, so two workers can never lease one URL or one host at once.
 """
 from __future__ import annotations
@@ -73,7 +74,7 @@ class RedisFrontier(FrontierBackend):
             args: list = [repr(now), max_per_host, len(layout) // 4, *layout]
             for i in indexes:
                 new = urls[i]
-                args += [new.id, new.host, new.priority, new.payload, *new.bloom]
+                args += [new.id, new.host, new.priority, new.payload, *new.bloom, int(new.in_scope)]
                 self._where[new.id] = p
             for i, outcome in zip(indexes, self._run("add", p, args)):
                 out[i] = outcome.decode()
@@ -151,6 +152,20 @@ class RedisFrontier(FrontierBackend):
     def refund(self, hosts: list[str]) -> None:
         for host in hosts:
             self._run("refund", self.partition(host), [host])
+
+    # --- scope -------------------------------------------------------------------------------------------
+    def scope_add(self, hosts: list[str]) -> None:
+        by_partition: dict[int, list[str]] = defaultdict(list)
+        for host in hosts:
+            by_partition[self.partition(host)].append(host)
+        for p, part in by_partition.items():  # beside the host's queues: add.lua checks it in the same slot
+            self.client.sadd(self.prefix(p) + "scope", *part)
+
+    def scope(self) -> set[str]:
+        pipe = self.client.pipeline(transaction=False)
+        for p in range(self.partitions):
+            pipe.smembers(self.prefix(p) + "scope")
+        return {h.decode() for members in pipe.execute() for h in members}
 
     # --- politeness, robots.txt, digests -------------------------------------------------------------
     def host_state(self, host: str) -> HostState:

@@ -50,6 +50,7 @@ LEASE_META = "weblm_lease"
 # Meta keys that travel with a URL through the frontier (JSON); the rest is per attempt.
 CARRIED_META = ("depth", "weblm_seed", "weblm_parent", "retry_times")
 COUNTS_EVERY_S = 0.5  # cluster gauges (and the end-of-crawl test) at most this often while URLs flow
+JOIN_WAIT_S = 60.0    # how long a worker started without seeds waits for work to appear in the frontier
 
 
 def open_backend(cfg: CrawlConfig, local_dir: str) -> FrontierBackend:
@@ -100,6 +101,8 @@ class FrontierScheduler(BaseScheduler):
         self._again = False    # something happened while a tick was running: run another right after it
         self._kicked = False
         self._last_counts = 0.0
+        self._opened = time.monotonic()
+        self._saw_work = True
         self._loop: task.LoopingCall | None = None
         self._robots_in_flight: set[str] = set()  # at close: hosts to release when their robots.txt answers
         self.admission: Admission | None = None
@@ -116,7 +119,12 @@ class FrontierScheduler(BaseScheduler):
     # --- Scrapy's scheduler interface ----------------------------------------------------------------
     def open(self, spider):
         self.spider = spider
-        self.admission = Admission(self.cfg, set(getattr(spider, "allowed_domains", None) or []))
+        self._opened = time.monotonic()
+        self._saw_work = bool(getattr(spider, "seeds", None))
+        scope = list(getattr(spider, "scope_hosts", None) or getattr(spider, "allowed_domains", None) or [])
+        self.admission = Admission(self.cfg, set(scope))
+        # shared, by politeness key: a worker started without seeds keeps to the crawl's hosts
+        self._op("scope_add", sorted({politeness_key(f"http://{h}/", self.cfg.frontier.politeness_key) for h in scope}))
         if self._backend is None:
             self._backend = open_backend(self.cfg, self.crawler.settings.get("WEBLM_LOCAL_DIR") or ".")
         self.crawler.weblm_digest_index = _DigestIndex(self._backend)
@@ -154,7 +162,11 @@ class FrontierScheduler(BaseScheduler):
             return True
         c = self._cluster
         others_held = max(0, c.get("held", 0) - len(self._held))
-        return bool(c.get("queued", 0) + c.get("leased", 0) + others_held) or not self._cluster
+        if c.get("queued", 0) + c.get("leased", 0) + others_held or not c:
+            self._saw_work = True
+            return True
+        # a worker started without seeds waits a while for the others to bring work, rather than end at once
+        return not self._saw_work and time.monotonic() - self._opened < JOIN_WAIT_S
 
     def enqueue_request(self, request: Request) -> bool:
         if ROBOTS_META in request.meta:  # a robots.txt redirect hop: after the host's delay
@@ -176,7 +188,8 @@ class FrontierScheduler(BaseScheduler):
         meta = {k: request.meta[k] for k in CARRIED_META if k in request.meta}
         payload = json.dumps({"url": url, "meta": meta})
         host = politeness_key(url, self.cfg.frontier.politeness_key)
-        self._adds.append(NewUrl(key.hex(), host, url, priority, payload, url_hashes(key)))
+        in_scope = self.admission.knows((urlsplit(url).hostname or "").lower())
+        self._adds.append(NewUrl(key.hex(), host, url, priority, payload, url_hashes(key), in_scope))
         self._kick()
         return True
 

@@ -158,8 +158,9 @@ class Worker:
             self.log_file = None
 
 
-def start_worker(index: int, run: Path, seeds_file: Path, seeds: list[str], overrides: list[str]) -> Worker:
-    """One `python -m spider.crawl` process with its own folder (WARC files, stats, log, paths.var)."""
+def start_worker(index: int, run: Path, seeds_file: Path, seeds: list[str] | None, overrides: list[str]) -> Worker:
+    """One `python -m spider.crawl` process with its own folder (WARC files, stats, log, paths.var); seeds None:
+    started without any, joining the crawl the others seeded."""
     here = run / f"worker-{index}"
     here.mkdir(parents=True, exist_ok=True)
     cmd = crawl_command(seeds, here, [f"paths.var={here / 'var'}", *overrides], seeds_at=str(seeds_file))

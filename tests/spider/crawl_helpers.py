@@ -29,14 +29,19 @@ class CrawlRun:
     log: str
 
 
-def crawl_command(seeds: list[str], tmp: Path, overrides: list[str], warc_dir: str = "",
+def crawl_command(seeds: list[str] | None, tmp: Path, overrides: list[str], warc_dir: str = "",
                   stats: str = "", seeds_at: str = "") -> list[str]:
     """WARC files go to `warc_dir` (default tmp/warc), the counters to `stats` (default tmp/stats.json);
-    the seed file is written at `seeds_at` (a path or URI; default tmp/seeds.txt)."""
-    seed_file = seeds_at or str(tmp / "seeds.txt")
-    storage.write_text(seed_file, "# test seeds\n" + "\n".join(seeds) + "\n")
-    cmd = [sys.executable, "-m", "spider.crawl", "--seeds", seed_file,
-           "--warc-dir", warc_dir or str(tmp / "warc"), "--stats", stats or str(tmp / "stats.json")]
+    the seed file is written at `seeds_at` (a path or URI; default tmp/seeds.txt).  No seeds (None): a worker
+    joining a shared frontier, started without --seeds and with a paths.seeds that does not exist."""
+    cmd = [sys.executable, "-m", "spider.crawl"]
+    if seeds is None:
+        cmd += ["-o", f"paths.seeds={tmp / 'no-seeds.txt'}"]
+    else:
+        seed_file = seeds_at or str(tmp / "seeds.txt")
+        storage.write_text(seed_file, "# test seeds\n" + "\n".join(seeds) + "\n")
+        cmd += ["--seeds", seed_file]
+    cmd += ["--warc-dir", warc_dir or str(tmp / "warc"), "--stats", stats or str(tmp / "stats.json")]
     # each crawl its own frontier (the embedded one lives under paths.local by default, shared by every run)
     cmd += ["-o", f"frontier.url=sqlite:///{tmp / 'frontier.db'}"]
     for item in FAST + overrides:

@@ -123,11 +123,12 @@ def crawl_overrides(web, frontier_url: str) -> list[str]:
     return [f"proxy={web.proxy_url}", f"frontier.url={frontier_url}", *SHARED]
 
 
-def start_two(tmp_path, web, frontier_url: str, workers: list) -> set[str]:
-    """Two workers on the same seeds and frontier; returns the seeds' hosts."""
+def start_two(tmp_path, web, frontier_url: str, workers: list, second_seeded: bool = True) -> set[str]:
+    """Two workers on one frontier, the second on the same seeds or none; returns the seeds' hosts."""
     seeds = web_seeds(web)
     for i in range(2):
-        workers.append(start_worker(i, tmp_path, tmp_path / "seeds.txt", seeds, crawl_overrides(web, frontier_url)))
+        workers.append(start_worker(i, tmp_path, tmp_path / "seeds.txt", seeds if i == 0 or second_seeded else None,
+                                    crawl_overrides(web, frontier_url)))
     return {urlsplit(s).hostname for s in seeds}
 
 
@@ -141,8 +142,10 @@ def finish_all(workers: list) -> None:
 def test_two_workers_share_one_crawl_each_page_once_and_hosts_stay_polite(tmp_path, redis_server, workers):
     truth = ground_truth()
     with LocalWeb(load_config(WEB)) as web:
-        hosts = start_two(tmp_path, web, redis_server.url, workers)
+        # the second worker has no seeds: it joins the crawl and keeps to the hosts the first one's seeds brought
+        hosts = start_two(tmp_path, web, redis_server.url, workers, second_seeded=False)
         finish_all(workers)
+        assert "joining the crawl" in workers[1].log
         assert_exactly_once(web, truth, workers)
         assert_polite(web, hosts)
         # both workers did part of the crawl, and some host was fetched by both (so the gaps above were kept

@@ -1,5 +1,5 @@
 -- ARGV: P, now, max_per_host, nstages, (blocks, k, block_bits, cumulative capacity) x nstages,
---       then per URL: id, host, priority, payload, hash a, hash b, hash c.   Returns one outcome per URL.
+--       then per URL: id, host, priority, payload, hash a, hash b, hash c, in scope (1/0).  One outcome per URL.
 local now, budget, nstages = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
 local stages = {}
 for s = 0, nstages - 1 do
@@ -26,11 +26,12 @@ local pos = 5 + 4 * nstages
 while pos <= #ARGV do
   local id, host, prio, payload = ARGV[pos], ARGV[pos + 1], tonumber(ARGV[pos + 2]), ARGV[pos + 3]
   local a, b, c = tonumber(ARGV[pos + 4]), tonumber(ARGV[pos + 5]), tonumber(ARGV[pos + 6])
-  pos = pos + 7
+  local scoped = ARGV[pos + 7] == '1' or redis.call('SISMEMBER', P .. 'scope', host) == 1
+  pos = pos + 8
   local current = stage_for(admitted)
   if current < 0 then return redis.error_reply('the URL Bloom filter is full: raise frontier.bloom_capacity') end
   local seen = false
-  for s = 0, current do
+  for s = 0, (scoped and current or -1) do
     local key, offsets = bits(s, a, b, c)
     local all = true
     for _, o in ipairs(offsets) do
@@ -39,7 +40,9 @@ while pos <= #ARGV do
     if all then seen = true; break end
   end
   local hkey = P .. 'h:' .. host
-  if seen then
+  if not scoped then
+    out[#out + 1] = 'offsite'
+  elseif seen then
     out[#out + 1] = 'seen'
   elseif budget > 0 and tonumber(redis.call('HGET', hkey, 'admitted') or '0') >= budget then
     out[#out + 1] = 'host_budget'

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import random
 import threading
+from dataclasses import replace
 
 import pytest
 
@@ -203,6 +204,24 @@ class FrontierContract:
         fb.robots_put("a.test", RobotsRecord("disallow_all", b"", T0, T0 + 60, "HTTP 503"))
         assert fb.robots_get("a.test").status == "disallow_all"
         assert fb.counts(T0)["robots_disallow_all"] == 1
+
+    def test_a_url_of_a_host_outside_the_scope_is_refused_and_not_marked_seen(self, fb):
+        fb.scope_add(["a.test"])
+        offsite = replace(url("http://b.test/1"), in_scope=False)
+        assert fb.add([replace(url("http://a.test/1"), in_scope=False), offsite], T0, 0) == ["admitted", "offsite"]
+        fb.scope_add(["b.test"])  # another worker's seeds bring the host in
+        assert fb.add([offsite], T0, 0) == ["admitted"]
+
+    def test_the_scope_is_shared_by_every_worker(self, fb):
+        fb.scope_add(["a.test", "b.test"])
+        other = self.reopen(fb)
+        try:
+            other.scope_add(["b.test", "c.test"])
+            assert fb.scope() == other.scope() == {"a.test", "b.test", "c.test"}
+        finally:
+            other.close()
+        fb.clear()
+        assert fb.scope() == set()
 
     def test_payload_digests_are_test_and_set(self, fb):
         first = DigestSeen("http://a.test/1", "2026-01-01T00:00:00Z", "<urn:uuid:1>")

@@ -37,7 +37,7 @@ def test_admission_refuses_before_the_bloom_filter_sees_the_url():
     a = Admission(load_crawl_config(["depth_limit=3"]), {"a.test"}, this_year=2026)
     assert a.reason("http://a.test/x", 3) is None
     assert a.reason("http://a.test/x", 4) == "depth"
-    assert a.reason("http://b.test/x", 0) == "offsite"
+    assert a.knows("a.test") and not a.knows("b.test")  # b.test: the backend checks the cluster's scope
     assert a.reason("ftp://a.test/x", 0) == "scheme"
     assert a.reason("http://a.test/" + "x" * 3000, 0) == "url_too_long"
     assert a.reason("http://a.test/a/b/a/b/a/b", 0) == "repeated_path_segment"
