@@ -20,9 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -36,32 +34,9 @@ sys.path.insert(0, str(ROOT))
 from localweb.hostile import hostile_config  # noqa: E402
 from localweb.judge import judge  # noqa: E402
 from localweb.politeness_web import PolitenessWeb, dump_hits  # noqa: E402
+from tests.support.redisserver import RedisServer  # noqa: E402  (the tests' redis-server runner)
 
 STOCK_SCHEDULER = "scrapy.core.scheduler.Scheduler"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def start_redis(workdir: Path) -> tuple[subprocess.Popen, str]:
-    import redis
-    binary = shutil.which("redis-server") or "/usr/bin/redis-server"
-    port = free_port()
-    workdir.mkdir(parents=True, exist_ok=True)
-    proc = subprocess.Popen([binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-                             "--dir", str(workdir), "--logfile", str(workdir / "redis.log")])
-    client, deadline = redis.Redis(port=port, socket_timeout=1), time.monotonic() + 20
-    while True:
-        try:
-            client.ping()
-            return proc, f"redis://127.0.0.1:{port}/0"
-        except redis.ConnectionError:
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise SystemExit(f"redis-server did not start on port {port}; see {workdir / 'redis.log'}")
-            time.sleep(0.05)
 
 
 def worker_command(i: int, run: Path, seeds: Path, proxy: str, args: argparse.Namespace, frontier_url: str) -> list[str]:
@@ -129,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
     run = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="crawl-politeness-"))
     run.mkdir(parents=True, exist_ok=True)
 
-    redis_proc, frontier_url = (start_redis(run / "redis") if args.frontier == "redis" else (None, ""))
+    redis_proc, frontier_url = (_redis(run / "redis") if args.frontier == "redis" else (None, ""))
     started = time.monotonic()
     try:
         with PolitenessWeb(hostile_config(args.web)) as web:
@@ -143,8 +118,7 @@ def main(argv: list[str] | None = None) -> int:
             hits = web.hits.log()
     finally:
         if redis_proc is not None:
-            redis_proc.terminate()
-            redis_proc.wait(10)
+            redis_proc.stop()
     wall = time.monotonic() - started
     verdict = judge(hits, web.truth, args.delay, args.tolerance)
     dump_hits(hits, run / "hits.jsonl")
@@ -171,3 +145,8 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+def _redis(workdir: Path) -> tuple[RedisServer, str]:
+    server = RedisServer(workdir)
+    return server, server.url

@@ -30,6 +30,8 @@ class ProxyServer(ThreadingHTTPServer):
 
 
 class ProxyHandler(BaseHTTPRequestHandler):
+    # head and body go out in two writes: with Nagle on, the body waits ~40 ms for the client's delayed ACK
+    disable_nagle_algorithm = True
     protocol_version = "HTTP/1.1"    # keep-alive, as Scrapy speaks to proxies; every answer has Content-Length
     server: ProxyServer
     server_version = "weblm-localweb/1"

@@ -64,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
     stats_path = _location(args.stats) if args.stats else paths.crawl_stats
 
     if args.fresh_frontier:
-        from spider.frontier.scheduler import open_backend
+        from spider.frontier import open_backend
         backend = open_backend(cfg, paths.local)
         backend.clear()
         backend.close()

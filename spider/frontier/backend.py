@@ -22,6 +22,7 @@ at once, and the gap between two fetches is what the releasing worker asked for.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 
 
@@ -77,6 +78,13 @@ class DigestSeen:
 class FrontierBackend(ABC):
     """Storage for the crawl frontier.  Times are UNIX seconds (float) passed in by the caller, so tests can
     drive the clock; a backend never reads the clock itself."""
+
+    atomic_batches = False  # True: a batch() is all or nothing (a failure inside undoes every operation in it)
+
+    def batch(self) -> AbstractContextManager:
+        """The operations called inside apply as one unit where the store allows it (one SQLite transaction:
+        one commit per scheduler tick instead of one per operation).  Default: each operation on its own."""
+        return nullcontext()
 
     # --- admission -------------------------------------------------------------------------------------
     @abstractmethod

@@ -8,6 +8,7 @@ apply its own guard; literal-IP targets are still refused at admission.
 """
 from __future__ import annotations
 
+import logging
 import time
 from urllib.parse import urlsplit
 
@@ -17,12 +18,15 @@ from twisted.internet.error import DNSLookupError
 
 from spider.frontier.admission import SsrfGuard
 
+logger = logging.getLogger(__name__)
+
 
 class GuardedResolver(CachingThreadedResolver):
     def __init__(self, reactor, cache_size: int, timeout: float, guard: SsrfGuard, ttl_s: float, trusted: set[str]):
         super().__init__(reactor, 0, timeout)  # Scrapy's process-lifetime cache off: ours expires
         self.guard, self.ttl_s, self.trusted = guard, ttl_s, trusted
         self._cache: dict[str, tuple[str, float]] = {}
+        self._refused: set[str] = set()
         self.max_entries = cache_size
 
     @classmethod
@@ -42,8 +46,12 @@ class GuardedResolver(CachingThreadedResolver):
 
     def _checked(self, address: str, name: str) -> str:
         if name not in self.trusted and self.guard.refused(address):
-            raise DNSLookupError(f"{name} resolves to {address}, a private/loopback/link-local address: refused by "
-                                 f"the SSRF guard (allow it in frontier.ssrf_allow if this crawl must reach it)")
+            message = (f"{name} resolves to {address}, a private/loopback/link-local address: refused by the SSRF "
+                       f"guard (allow it in frontier.ssrf_allow if this crawl must reach it)")
+            if name not in self._refused:  # Twisted reports the refusal as "no results": say why, once per name
+                self._refused.add(name)
+                logger.warning(message)
+            raise DNSLookupError(message)
         if len(self._cache) >= self.max_entries:
             self._cache.clear()  # crude but bounded; a crawl touches each host's name rarely
         self._cache[name] = (address, time.monotonic() + self.ttl_s)

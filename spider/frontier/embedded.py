@@ -88,8 +88,7 @@ ON CONFLICT (host) DO UPDATE SET
 
 
 def _layout_key(bloom: BloomLayout) -> str:
-    return f"capacity={bloom.capacity} fp_rate={bloom.fp_rate!r} block_bytes={bloom.block_bytes} " \
-           f"growth={bloom.growth} tightening={bloom.tightening!r}"
+    return bloom.key
 
 
 class _Blocks:
@@ -142,6 +141,7 @@ class SqliteFrontier(FrontierBackend):
         Path(path).parent.mkdir(parents=True, exist_ok=True)
         self.path, self.bloom = path, bloom
         self._lock = threading.RLock()
+        self._batching = False
         # isolation_level=None: the transactions are ours (BEGIN IMMEDIATE), not the sqlite3 module's implicit ones
         self._db = sqlite3.connect(path, timeout=BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False)
         self._db.execute("PRAGMA journal_mode = WAL")
@@ -153,11 +153,26 @@ class SqliteFrontier(FrontierBackend):
         with self._transaction() as db:
             db.execute("INSERT OR IGNORE INTO meta VALUES ('bloom_layout', ?)", (_layout_key(bloom),))
 
+    atomic_batches = True
+
+    @contextmanager
+    def batch(self):
+        """One transaction for everything called inside (the calls' own transactions join it)."""
+        with self._transaction() as db:
+            self._batching = True
+            try:
+                yield db
+            finally:
+                self._batching = False
+
     @contextmanager
     def _transaction(self, write: bool = True):
         """All or nothing for other threads and processes: BEGIN IMMEDIATE takes the write lock up front, so two
         writers never deadlock upgrading a read; a read-only snapshot takes a plain BEGIN."""
         with self._lock:
+            if self._batching:  # inside batch(), on the thread holding the lock: part of its transaction
+                yield self._db
+                return
             self._db.execute("BEGIN IMMEDIATE" if write else "BEGIN")
             try:
                 yield self._db

@@ -63,6 +63,17 @@ class RedisFrontier(FrontierBackend):
         prefix = self.prefix(p)
         return self.scripts[script](keys=[prefix + "seq"], args=[prefix, *args])
 
+    def _run_many(self, script: str, calls: list[tuple[int, list]]) -> list:
+        """One script per (partition, args), in one round trip on a single server; Redis Cluster's pipelines
+        refuse scripts (redis-py), so there they run in turn."""
+        if isinstance(self.client, RedisCluster):
+            return [self._run(script, p, args) for p, args in calls]
+        pipe = self.client.pipeline(transaction=False)
+        for p, args in calls:
+            prefix = self.prefix(p)
+            self.scripts[script](keys=[prefix + "seq"], args=[prefix, *args], client=pipe)
+        return pipe.execute()
+
     # --- admission -----------------------------------------------------------------------------------
     def add(self, urls: list[NewUrl], now: float, max_per_host: int) -> list[str]:
         by_partition: dict[int, list[int]] = defaultdict(list)
@@ -70,13 +81,18 @@ class RedisFrontier(FrontierBackend):
             by_partition[self.partition(new.host)].append(i)
         out: list[str] = [""] * len(urls)
         layout = self.bloom.lua_args()
+        # the partition scope of the layout key: a partition count changed under a running crawl is refused too
+        layout_key = f"{self.bloom.key} partitions={self.partitions}"
+        calls = []
         for p, indexes in by_partition.items():
-            args: list = [repr(now), max_per_host, len(layout) // 4, *layout]
+            args: list = [repr(now), max_per_host, layout_key, len(layout) // 4, *layout]
             for i in indexes:
                 new = urls[i]
                 args += [new.id, new.host, new.priority, new.payload, *new.bloom, int(new.in_scope)]
                 self._where[new.id] = p
-            for i, outcome in zip(indexes, self._run("add", p, args)):
+            calls.append((p, args))
+        for indexes, outcomes in zip(by_partition.values(), self._run_many("add", calls)):
+            for i, outcome in zip(indexes, outcomes):
                 out[i] = outcome.decode()
         return out
 
@@ -102,9 +118,16 @@ class RedisFrontier(FrontierBackend):
             quota[p] += 1
         out: list[Leased] = []
         spare = max_urls - sum(quota.values())  # hosts that settling makes ready may take what is left
-        for p in sorted(settle | set(quota)):
-            rows = self._run("lease", p, [repr(now), quota.get(p, 0) + (spare if p in settle else 0), repr(lease_s)])
+        plain = sorted(set(quota) - settle)  # nothing to settle: exactly their quota, in one round trip
+        results = []
+        if plain:
+            results = list(zip(plain, self._run_many("lease", [(p, [repr(now), quota[p], repr(lease_s)])
+                                                              for p in plain])))
+        for p in sorted(settle):  # expired leases, holds or due recrawls: in turn, sharing the spare
+            rows = self._run("lease", p, [repr(now), quota.get(p, 0) + spare, repr(lease_s)])
             spare -= max(0, len(rows) - quota.get(p, 0))
+            results.append((p, rows))
+        for p, rows in results:
             for row in rows:
                 id_, host, payload, expires, delay, errors, blocked, admitted = (v.decode() for v in row)
                 self._where[id_] = p

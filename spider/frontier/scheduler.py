@@ -22,14 +22,13 @@ import random
 import time
 from collections import defaultdict, deque
 from dataclasses import dataclass, replace
-from pathlib import Path
 from typing import Any, Callable
 from urllib.parse import urlsplit
 
 from scrapy import signals
 from scrapy.core.scheduler import BaseScheduler
 from scrapy.http import Request
-from twisted.internet import reactor, task
+from twisted.internet import task
 from twisted.python.threadpool import ThreadPool
 from twisted.internet.threads import deferToThreadPool
 
@@ -37,7 +36,8 @@ from spider.config import CrawlConfig
 from spider.frontier import robots as robotstxt
 from spider.frontier.admission import Admission
 from spider.frontier.backend import FrontierBackend, HostState, Leased, NewUrl
-from spider.frontier.bloom import BloomLayout, url_hashes
+from spider.frontier import open_backend
+from spider.frontier.bloom import url_hashes
 from spider.frontier.canonical import Canonicalizer
 from spider.frontier.politeness import after_fetch, politeness_key, with_crawl_delay
 from spider.frontier.outcome import fetch_failed, fetch_finished
@@ -49,20 +49,9 @@ ROBOTS_META = "weblm_robots_for"
 LEASE_META = "weblm_lease"
 # Meta keys that travel with a URL through the frontier (JSON); the rest is per attempt.
 CARRIED_META = ("depth", "weblm_seed", "weblm_parent", "retry_times")
+KNOWN_URLS = 200_000  # at most this many URLs in the local shortcut (~20 MB), then it starts over
 COUNTS_EVERY_S = 0.5  # cluster gauges (and the end-of-crawl test) at most this often while URLs flow
 JOIN_WAIT_S = 60.0    # how long a worker started without seeds waits for work to appear in the frontier
-
-
-def open_backend(cfg: CrawlConfig, local_dir: str) -> FrontierBackend:
-    """The backend `frontier.url` names: Redis (redis://, redis+cluster://) or embedded SQLite (default)."""
-    f = cfg.frontier
-    bloom = BloomLayout(max(1, f.bloom_capacity // f.partitions), f.bloom_fp_rate)
-    if f.url.startswith(("redis://", "rediss://", "redis+cluster://")):
-        from spider.frontier.redis_backend import RedisFrontier
-        return RedisFrontier(f.url, f.namespace, f.partitions, bloom)
-    from spider.frontier.embedded import SqliteFrontier
-    path = f.url[len("sqlite:///") - 1:] if f.url.startswith("sqlite:///") else str(Path(local_dir) / "frontier" / "frontier.db")
-    return SqliteFrontier(path, BloomLayout(f.bloom_capacity, f.bloom_fp_rate))
 
 
 @dataclass
@@ -89,10 +78,12 @@ class FrontierScheduler(BaseScheduler):
         self._buffer: deque[InHand] = deque()          # leased, robots record known, not yet sent
         self._delayed: list[tuple[float, int, Request]] = []  # (not before, seq, request): robots hops, parked URLs
         self._seq = itertools.count()
-        self._robots: dict[str, robotstxt.Robots] = {}  # host -> rules, until they expire
-        self._robots_waiting: dict[str, list[InHand]] = defaultdict(list)
+        self._robots: dict[str, robotstxt.Robots] = {}  # host[:port] -> rules, until they expire
+        self._robots_waiting: dict[str, list[InHand]] = defaultdict(list)  # host[:port] -> URLs waiting for them
         self._in_hand: dict[str, InHand] = {}          # id -> leased or held by this worker
         self._held: set[str] = set()
+        self._sent: set[str] = set()
+        self._known: set[str] = set()  # URLs the backend said it has (admitted or seen): a local shortcut                    # ids sent to the downloader and not yet finished
         self._busy = False
         self._closing = False
         self._cluster: dict[str, int] = {}
@@ -104,7 +95,7 @@ class FrontierScheduler(BaseScheduler):
         self._opened = time.monotonic()
         self._saw_work = True
         self._loop: task.LoopingCall | None = None
-        self._robots_in_flight: set[str] = set()  # at close: hosts to release when their robots.txt answers
+        self._robots_in_flight: dict[str, str] = {}  # at close: robots key -> host to release at its answer
         self.admission: Admission | None = None
 
     @classmethod
@@ -142,7 +133,7 @@ class FrontierScheduler(BaseScheduler):
         unsent += parked
         # a host whose robots.txt is in flight is released at its answer
         hosts = {item.lease.host for item in self._buffer} | {self._in_hand[id_].lease.host for id_ in parked}
-        self._robots_in_flight = set(self._robots_waiting)
+        self._robots_in_flight = {key: items[0].lease.host for key, items in self._robots_waiting.items() if items}
         self._buffer.clear()
         self._robots_waiting.clear()
         self._delayed.clear()
@@ -176,11 +167,19 @@ class FrontierScheduler(BaseScheduler):
         if lease_id and lease_id in self._in_hand and self.canon.id(request.url) == lease_id:
             return self._retry(lease_id, request)
         request.meta.pop(LEASE_META, None)  # a redirect's new request copies its parent's meta
+        if request.url in self._known:  # the Bloom filter has it: skip canonicalizing it again (menus, footers)
+            self.stats.inc_value("weblm/filtered/seen")
+            return False
         depth = int(request.meta.get("depth", 0))
         url = self.canon.strip(request.url)
         reason = self.admission.reason(url, depth)
         if reason is not None:
             self.stats.inc_value(f"weblm/filtered/{reason}")
+            return False
+        rules = self._robots.get(robots_key(url))
+        if rules is not None and rules.record.status == "parsed" and self.cfg.obey_robots \
+                and rules.record.expires > time.time() and not rules.allowed(url, self.user_agent):
+            self.stats.inc_value("weblm/robots_denied")  # known rules: never queued, never leased
             return False
         key = self.canon.key(url)
         seed = bool(request.meta.get("weblm_seed"))
@@ -212,14 +211,15 @@ class FrontierScheduler(BaseScheduler):
     # --- the leased URL's way out --------------------------------------------------------------------
     def _dispatch(self, item: InHand, now: float) -> Request | None:
         host = item.lease.host
-        rules = self._robots.get(host)
+        key = robots_key(item.url)
+        rules = self._robots.get(key)
         if not self.cfg.obey_robots:
             return self._send(item)
         if rules is None or rules.record.expires <= now:
-            waiting = self._robots_waiting[host]
+            waiting = self._robots_waiting[key]
             waiting.append(item)
             if len(waiting) == 1:
-                return self._robots_request(host, item.url)
+                return self._robots_request(key, item.url)
             return None
         if rules.allowed(item.url, self.user_agent):
             return self._send(item)
@@ -239,15 +239,17 @@ class FrontierScheduler(BaseScheduler):
 
     def _send(self, item: InHand) -> Request:
         item.sent = True
+        self._sent.add(item.lease.id)
         meta = {**item.meta, LEASE_META: item.lease.id, "download_slot": item.lease.host}
         return Request(item.url, callback=self.spider.parse, errback=self.spider.on_error, meta=meta,
                        dont_filter=True)
 
-    def _robots_request(self, host: str, url: str) -> Request:
+    def _robots_request(self, key: str, url: str) -> Request:
         parts = urlsplit(url)
         # non-2xx answers reach _robots_failed with their response; redirects are followed up to the RFC's limit
-        meta = {ROBOTS_META: host, "dont_retry": True, "allow_offsite": True,  # RFC 9309 follows any redirect
-                "redirect_ttl": self.cfg.frontier.robots_max_redirects, "download_slot": host,
+        meta = {ROBOTS_META: key, "dont_retry": True, "allow_offsite": True,  # RFC 9309 follows any redirect
+                "redirect_ttl": self.cfg.frontier.robots_max_redirects,
+                "download_slot": politeness_key(url, self.cfg.frontier.politeness_key),
                 "download_maxsize": max(self.cfg.frontier.robots_max_bytes * 4, 2 ** 20)}
         self.stats.inc_value("weblm/robots/fetches")
         return Request(f"{parts.scheme}://{parts.netloc}/robots.txt", callback=self._robots_answer,
@@ -273,10 +275,12 @@ class FrontierScheduler(BaseScheduler):
         kind = failure_kind(failure)
         if "redirect" in failure.getErrorMessage().lower():
             kind = "redirect_limit"
+        detail = kind if kind == "redirect_limit" else f"{kind}: {failure.getErrorMessage()[:300]}"
         record = robotstxt.from_error(kind, time.time(), f.robots_ttl_s, f.robots_error_ttl_s)
-        self._robots_known(request.meta[ROBOTS_META], record)
+        self._robots_known(request.meta[ROBOTS_META], replace(record, detail=detail))
 
     def _robots_known(self, host: str, record) -> None:
+        """`host` is the robots key (host[:port]) the answer is for; the URLs waiting for it come next."""
         now = time.time()
         self._op("robots_put", host, record)
         rules = robotstxt.parse(record)
@@ -292,8 +296,11 @@ class FrontierScheduler(BaseScheduler):
                            "(RFC 9309 §2.3.1.2)", host, self.cfg.frontier.robots_max_redirects)
         waiting = self._robots_waiting.pop(host, [])
         if self._closing:  # close() handed the URLs back; the host is free once this answer is in
-            self._robots_in_flight.discard(host)
-            self._op("release_host", host, now + self.cfg.download_delay_s)
+            leased_host = self._robots_in_flight.pop(host, None)
+            if leased_host is not None:
+                self._op("release_host", leased_host, now + self.cfg.download_delay_s)
+            return
+        if not waiting:
             return
         state = waiting[0].lease.host_state if waiting else HostState()
         asked = rules.crawl_delay(self.user_agent)
@@ -318,11 +325,11 @@ class FrontierScheduler(BaseScheduler):
                 for i in allowed[1:]:
                     self._forget(i.lease.id)
         else:
-            self._op("release_host", host, next_at, state)
+            self._op("release_host", waiting[0].lease.host, next_at, state)
 
     def _park(self, request: Request, not_before: float) -> None:
         heapq.heappush(self._delayed, (not_before, next(self._seq), request))
-        reactor.callLater(max(0.0, not_before - time.time()), self._wake_engine)
+        _reactor().callLater(max(0.0, not_before - time.time()), self._wake_engine)
 
     # --- fetch outcomes (FetchOutcomeMiddleware, the spider's errback, the WARC writer) ---------------
     def _on_fetch_finished(self, request: Request, failed: bool, blocked_until: float = 0.0) -> None:
@@ -333,12 +340,13 @@ class FrontierScheduler(BaseScheduler):
         now = time.time()
         next_at, state = after_fetch(self.cfg, item.lease.host_state, now, failed, blocked_until)
         item.lease = replace(item.lease, host_state=state)
+        self._sent.discard(lease_id)
         self._held.add(lease_id)
         self._op("fetched", [lease_id], now + self.cfg.frontier.lease_s)
         self._op("release_host", item.lease.host, next_at, state)
         self._kick()
         # once the host is due, at a random point of the refill period: no head start over the other workers
-        reactor.callLater(max(0.0, next_at - now) + random.uniform(0, self.cfg.frontier.refill_every_s), self._kick)
+        _reactor().callLater(max(0.0, next_at - now) + random.uniform(0, self.cfg.frontier.refill_every_s), self._kick)
 
     def _on_fetch_failed(self, request: Request) -> None:
         """Failed for good with nothing recorded (network error after retries): done until the error recrawl."""
@@ -372,6 +380,7 @@ class FrontierScheduler(BaseScheduler):
 
     def _forget(self, id_: str) -> InHand | None:
         self._held.discard(id_)
+        self._sent.discard(id_)
         return self._in_hand.pop(id_, None)
 
     # --- the background thread -----------------------------------------------------------------------
@@ -384,7 +393,7 @@ class FrontierScheduler(BaseScheduler):
             self._again = True
         elif self._backend is not None and not self._kicked:
             self._kicked = True
-            reactor.callLater(0, self._tick)
+            _reactor().callLater(0, self._tick)
 
     def _tick(self) -> None:
         self._kicked = False
@@ -395,18 +404,29 @@ class FrontierScheduler(BaseScheduler):
         ops, self._ops = self._ops, []
         adds, self._adds = self._adds, []
         # no more than the downloader has room for: a worker does not sit on hosts others could fetch now
-        in_flight = sum(1 for id_, item in self._in_hand.items() if item.sent and id_ not in self._held)
-        room = min(self.cfg.frontier.buffer, self.cfg.concurrent_requests - in_flight)
+        room = min(self.cfg.frontier.buffer, self.cfg.concurrent_requests - len(self._sent))
         want = 0 if self._closing else max(0, room - len(self._buffer) - len(self._delayed))
         renew: list[str] = []
         if now - self._last_renew >= self.cfg.frontier.renew_every_s:
             renew, self._last_renew = list(self._in_hand), now
         self._busy = True
-        d = deferToThreadPool(reactor, self._pool, self._apply, ops, adds, want, renew, now)
+        d = deferToThreadPool(_reactor(), self._pool, self._apply, ops, adds, want, renew, now)
         d.addCallbacks(self._applied, self._failed)
 
     def _apply(self, ops, adds, want: int, renew: list[str], now: float):
-        """Runs on the frontier thread: the only place the backend is called (except the digest index)."""
+        """Runs on the frontier thread: the only place the backend is called (except the digest index).  One batch
+        (one SQLite transaction); if it fails, nothing of it happened and everything is tried again next tick."""
+        b = self._backend
+        try:
+            with b.batch():
+                return self._apply_in_batch(ops, adds, want, renew, now)
+        except Exception as exc:
+            if not b.atomic_batches:
+                raise
+            cause = exc.__cause__ if isinstance(exc, _Unapplied) else exc
+            raise _Unapplied(ops, adds) from cause
+
+    def _apply_in_batch(self, ops, adds, want: int, renew: list[str], now: float):
         b = self._backend
         f = self.cfg.frontier
         try:
@@ -421,27 +441,32 @@ class FrontierScheduler(BaseScheduler):
         if renew:
             b.renew(renew, now + f.lease_s)
         leased = b.lease(want, now, f.lease_s) if want else []
-        robots = {item.host: b.robots_get(item.host) for item in leased if item.host not in self._robots}
+        keys = {robots_key(json.loads(item.payload)["url"]) for item in leased}
+        robots = {key: b.robots_get(key) for key in keys if key not in self._robots}
         counts = None
         if now - self._last_counts >= COUNTS_EVERY_S or not leased:
             counts, self._last_counts = b.counts(now), now
-        return outcomes, leased, robots, counts
+        return outcomes, leased, robots, counts, adds
 
     def _applied(self, result) -> None:
         self._busy = False
         if self._again:
             self._again = False
             self._kick()
-        outcomes, leased, robots, counts = result
-        for outcome in outcomes:
+        outcomes, leased, robots, counts, adds = result
+        if len(self._known) > KNOWN_URLS:
+            self._known.clear()
+        for outcome, new in zip(outcomes, adds):
             if outcome != "admitted":
                 self.stats.inc_value(f"weblm/filtered/{outcome}")
             else:
                 self.stats.inc_value("weblm/frontier/admitted")
+            if outcome in ("admitted", "seen"):  # never admitted again; other refusals may change their minds
+                self._known.add(new.url)
         now = time.time()
-        for host, record in robots.items():
+        for key, record in robots.items():
             if record is not None and record.expires > now:
-                self._robots[host] = robotstxt.parse(record)
+                self._robots[key] = robotstxt.parse(record)
         for lease in leased:
             data = json.loads(lease.payload)
             item = InHand(lease, data["url"], data.get("meta", {}), bool(data.get("meta", {}).get("weblm_seed")))
@@ -496,7 +521,7 @@ class FrontierScheduler(BaseScheduler):
         backend = self._backend
         if backend is None:
             return
-        for host in self._robots_in_flight:  # never answered before the engine stopped
+        for host in self._robots_in_flight.values():  # never answered before the engine stopped
             self._op("release_host", host, time.time() + self.cfg.download_delay_s)
         ops, self._ops = self._ops, []
         adds, self._adds = self._adds, []
@@ -508,6 +533,18 @@ class FrontierScheduler(BaseScheduler):
             logger.error("frontier: could not apply the last %d operation(s): %s; their URLs come back after "
                          "frontier.lease_s", len(ops), exc)
         backend.close()
+
+
+def robots_key(url: str) -> str:
+    """What one robots.txt covers: the URL's host and port (RFC 9309 §2.3; http and https share it here)."""
+    return (urlsplit(url).netloc or "").lower()
+
+
+def _reactor():
+    """The running reactor, imported late: importing it at module level would install Twisted's default reactor
+    before Scrapy installs the asyncio one (TWISTED_REACTOR)."""
+    from twisted.internet import reactor
+    return reactor
 
 
 class _Unapplied(Exception):

@@ -1,9 +1,17 @@
--- ARGV: P, now, max_per_host, nstages, (blocks, k, block_bits, cumulative capacity) x nstages,
+-- ARGV: P, now, max_per_host, layout key, nstages, (blocks, k, block_bits, cumulative capacity) x nstages,
 --       then per URL: id, host, priority, payload, hash a, hash b, hash c, in scope (1/0).  One outcome per URL.
-local now, budget, nstages = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
+local now, budget, layout, nstages = tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4], tonumber(ARGV[5])
+local stored = redis.call('HGET', P .. 'bm', 'layout')
+if not stored then
+  redis.call('HSET', P .. 'bm', 'layout', layout)
+elseif stored ~= layout then
+  return redis.error_reply('this frontier was built with the Bloom layout "' .. stored .. '", not "' .. layout ..
+    '": its URLs would look new again; restore frontier.bloom_capacity/bloom_fp_rate/partitions or start over ' ..
+    'with --fresh-frontier')
+end
 local stages = {}
 for s = 0, nstages - 1 do
-  local i = 5 + 4 * s
+  local i = 6 + 4 * s
   stages[s] = {tonumber(ARGV[i]), tonumber(ARGV[i + 1]), tonumber(ARGV[i + 2]), tonumber(ARGV[i + 3])}
 end
 local admitted = tonumber(redis.call('HGET', P .. 'bm', 'admitted') or '0')
@@ -11,18 +19,22 @@ local function stage_for(n)
   for s = 0, nstages - 1 do if n < stages[s][4] then return s end end
   return -1
 end
-local function bits(s, a, b, c)
+local function bits(s, a, b, c)  -- BloomLayout Stage.positions: enhanced double hashing, exact in doubles
   local st = stages[s]
-  local step = c
-  if step % 2 == 0 then step = step + 1 end
+  local m = st[3]
+  local x, y = b % m, c % m
   local key = P .. 'bf:' .. s .. ':' .. (a % st[1])
   local out = {}
-  for i = 0, st[2] - 1 do out[#out + 1] = (b + i * step) % st[3] end
+  for i = 0, st[2] - 1 do
+    out[#out + 1] = x
+    x = (x + y) % m
+    y = (y + i + 1) % m
+  end
   return key, out
 end
 
 local out = {}
-local pos = 5 + 4 * nstages
+local pos = 6 + 4 * nstages
 while pos <= #ARGV do
   local id, host, prio, payload = ARGV[pos], ARGV[pos + 1], tonumber(ARGV[pos + 2]), ARGV[pos + 3]
   local a, b, c = tonumber(ARGV[pos + 4]), tonumber(ARGV[pos + 5]), tonumber(ARGV[pos + 6])

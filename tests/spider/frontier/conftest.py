@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.support.redisserver import RedisServer
+from tests.support.redisserver import RedisCluster, RedisServer
 
 
 @pytest.fixture(scope="session")
@@ -11,3 +11,10 @@ def redis_server(tmp_path_factory):
     server = RedisServer(tmp_path_factory.mktemp("redis"))
     yield server
     server.stop()
+
+
+@pytest.fixture(scope="session")
+def redis_cluster(tmp_path_factory):
+    cluster = RedisCluster(tmp_path_factory.mktemp("redis-cluster"))
+    yield cluster
+    cluster.stop()

@@ -139,3 +139,22 @@ def test_a_different_bloom_layout_is_refused_until_the_frontier_is_cleared(tmp_p
         assert fb.add([url("http://a.test/1")], T0, 0) == ["admitted"]
     finally:
         fb.close()
+
+
+def test_a_batch_is_one_transaction_that_a_failure_undoes(tmp_path):
+    from spider.frontier.embedded import SqliteFrontier
+    from tests.spider.frontier.contract import SMALL, T0, url
+
+    fb = SqliteFrontier(str(tmp_path / "f.db"), SMALL)
+    with fb.batch():
+        fb.add([url("http://a.test/1")], T0, 0)
+        fb.lease(1, T0, 30)
+    assert fb.counts(T0)["leased"] == 1
+    try:
+        with fb.batch():
+            fb.add([url("http://a.test/2")], T0, 0)
+            raise RuntimeError("the tick failed half way")
+    except RuntimeError:
+        pass
+    assert fb.add([url("http://a.test/2")], T0, 0) == ["admitted"]  # the failed batch left no trace
+    fb.close()

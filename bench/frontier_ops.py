@@ -1,0 +1,602 @@
+"""Benchmark: the frontier's operations per second and its memory on one Redis, against plain Redis lists.
+
+    .venv/bin/python bench/frontier_ops.py [--urls 40000] [--hosts 1000] [--batch 200] [--lease-batch 32]
+                                           [--clients 2] [--mem-urls 30000] [--fp-urls 20000]
+                                           [--sim-urls 10000000] [--sim-tests 50000000] [--set-urls 1000000]
+                                           [--only ops|memory]
+
+Starts its own `redis-server` on a free loopback port (no persistence; killed at the end) and measures:
+
+1. Operations per second, the scheduler's way (spider/frontier/scheduler.py), backends opened by
+   `open_backend` from conf/crawl.yaml (16 partitions, its Bloom layout):
+   - enqueue: `add()` of --urls new URLs over --hosts hosts, in batches of --batch; then the same URLs again,
+     all "seen" (a crawl's common case: most links of a page are known already);
+   - next: `lease(--lease-batch)` (frontier.buffer) with the clock running, so every released host is ready;
+   - a full cycle per URL: lease, then `fetched([id])` and `release_host(host, now)` per URL (one operation
+     each, as the scheduler applies them), and `ack(ids)` per leased batch.
+   "enqueue+next/s" = URLs / (time adding them + time leasing them); target >= 20,000/s on one Redis.
+   Single client, then --clients processes sharing the frontier.  The baseline, same process, same
+   payloads, same batching: what scrapy-redis's FIFO queue does, LPUSH of a batch and RPOP COUNT
+   (--lease-batch); also with scrapy-redis's dupefilter (SADD per fingerprint, pipelined).  The same workload
+   runs on the embedded SqliteFrontier (a temp file).  For Redis, the server's CPU (INFO cpu) and its time in
+   Lua scripts (INFO commandstats) per URL against the client's wall time: what is the client and its round
+   trips, what is Redis.
+2. Redis memory per 10 M *seen* URLs at FP 1e-6 (target <= 40 MB): a BloomLayout(10_000_000, 1e-6) in one
+   partition, admitted through `add()` until every block of its first stage exists (a Bloom block is
+   allocated whole when first touched, so from then on the filter does not grow up to its 10 M capacity):
+   `MEMORY USAGE` summed over the `bf:` keys is the memory for 10 M.  The false-positive rate is measured on
+   --fp-urls fresh URLs at the admitted count, and for the layout filled to 10 M (a numpy replica of its bit
+   layout fed random hashes, --sim-urls; 0 skips).  Separately: bytes per *queued* URL (the `e` hash,
+   per-host zsets and hashes), the default config's filter at 10 M URLs (the stages it grows to), and the
+   baseline, a Redis SET of 16-byte fingerprints, measured at --set-urls and extrapolated to 10 M.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing as mp
+import os
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import redis  # noqa: E402
+
+from spider.config import load_crawl_config  # noqa: E402
+from spider.frontier.backend import NewUrl  # noqa: E402
+from spider.frontier.bloom import BloomLayout, fingerprint, url_hashes  # noqa: E402
+from spider.frontier import open_backend  # noqa: E402
+from tests.support.redisserver import RedisServer  # noqa: E402  (the tests' redis-server runner)
+
+TARGET_OPS = 20_000        # enqueue+next per second on one Redis
+TARGET_BYTES = 40_000_000  # Redis memory per 10 M seen URLs at FP 1e-6
+TEN_M = 10_000_000
+LEASE_S = 60.0
+
+
+# --- a redis-server of our own -------------------------------------------------------------------------
+# --- the workload --------------------------------------------------------------------------------------
+def make_urls(n: int, hosts: int, tag: str = "p") -> list[NewUrl]:
+    """n new URLs round-robin over `hosts` hosts, as the scheduler builds them (fingerprint, 3 hashes, JSON)."""
+    out = []
+    for i in range(n):
+        host = f"h{i % hosts:05d}.bench.test"
+        depth = 1 + (i // hosts) % 4
+        url = f"http://{host}/{tag}{i % 7}/page-{i}.html"
+        key = fingerprint(url)
+        payload = json.dumps({"url": url, "meta": {"depth": depth, "weblm_parent": f"http://{host}/"}})
+        out.append(NewUrl(key.hex(), host, url, -depth, payload, url_hashes(key)))
+    return out
+
+
+URLS: list[NewUrl] = []  # set before the client processes fork: they read their slice from here
+
+
+def open_frontier(spec: str):
+    """spec: a frontier.url plus a namespace, 'redis://...#ns' or 'sqlite:///path'."""
+    url, _, namespace = spec.partition("#")
+    overrides = [f"frontier.url={url}"] + ([f"frontier.namespace={namespace}"] if namespace else [])
+    return open_backend(load_crawl_config(overrides), tempfile.gettempdir())
+
+
+class Counted:
+    """Counts a RedisFrontier's script calls (each one round trip) and lease pipelines."""
+
+    def __init__(self, frontier):
+        self.scripts = self.pipelines = 0
+        if hasattr(frontier, "_run"):
+            run, pipeline = frontier._run, frontier.client.pipeline
+
+            def counted_run(*a, **kw):
+                self.scripts += 1
+                return run(*a, **kw)
+
+            def counted_pipeline(*a, **kw):
+                self.pipelines += 1
+                return pipeline(*a, **kw)
+            frontier._run, frontier.client.pipeline = counted_run, counted_pipeline
+
+
+def add_all(f, urls: list[NewUrl], batch: int) -> float:
+    started = time.perf_counter()
+    for i in range(0, len(urls), batch):
+        outcomes = f.add(urls[i:i + batch], time.time(), 0)
+        if outcomes.count("admitted") != len(outcomes):
+            raise SystemExit(f"add(): expected every URL admitted, got {set(outcomes)}")
+    return time.perf_counter() - started
+
+
+def readd_all(f, urls: list[NewUrl], batch: int) -> float:
+    """The same URLs offered again, all 'seen': a crawl's common case (most links on a page are known)."""
+    started = time.perf_counter()
+    for i in range(0, len(urls), batch):
+        outcomes = f.add(urls[i:i + batch], time.time(), 0)
+        if outcomes.count("seen") != len(outcomes):
+            raise SystemExit(f"add() again: expected every URL seen, got {set(outcomes)}")
+    return time.perf_counter() - started
+
+
+def drain(f, lease_batch: int, probe=None) -> tuple[int, float, float]:
+    """Lease until the frontier is empty; per leased URL fetched() and release_host() (host ready again at
+    once), ack() per batch.  Returns (URLs leased, seconds in lease(), seconds in all).  `probe()`, when given,
+    is read before and after each lease() (outside every timing) and its differences summed in probe.total."""
+    n, in_lease, probing, started = 0, 0.0, 0.0, time.perf_counter()
+    while True:
+        t0 = time.perf_counter()
+        before = probe() if probe else 0.0
+        t1 = time.perf_counter()
+        got = f.lease(lease_batch, time.time(), LEASE_S)
+        t2 = time.perf_counter()
+        in_lease += t2 - t1
+        if probe:
+            probe.total += probe() - before
+            probing += (t1 - t0) + (time.perf_counter() - t2)
+        if not got:
+            if f.pending(time.time()) == 0:
+                break
+            time.sleep(0.0005)  # every host with URLs is busy in another client
+            continue
+        for item in got:
+            now = time.time()
+            f.fetched([item.id], now + LEASE_S)
+            f.release_host(item.host, now)
+        f.ack([item.id for item in got], None, time.time())
+        n += len(got)
+    return n, in_lease, time.perf_counter() - started - probing
+
+
+def client_main(kind: str, spec: str, index: int, clients: int, batch: int, lease_batch: int,
+                barrier, results) -> None:
+    """One client process: its slice of URLS added, then the shared queue drained, phases fenced by barriers."""
+    mine = URLS[index::clients]
+    if kind == "frontier":
+        f = open_frontier(spec)
+        barrier.wait()
+        t0 = time.perf_counter()
+        add_all(f, mine, batch)
+        t1 = time.perf_counter()
+        barrier.wait()
+        t2 = time.perf_counter()
+        n, in_lease, _ = drain(f, lease_batch)
+        t3 = time.perf_counter()
+        f.close()
+    else:
+        client = redis.Redis.from_url(spec)
+        barrier.wait()
+        t0 = time.perf_counter()
+        push_all(client, mine, batch, kind == "dedup")
+        t1 = time.perf_counter()
+        barrier.wait()
+        t2 = time.perf_counter()
+        n = pop_all(client, lease_batch)
+        t3 = time.perf_counter()
+        in_lease = t3 - t2
+    results.put({"t0": t0, "t1": t1, "t2": t2, "t3": t3, "n": n, "in_lease": in_lease, "drain": t3 - t2})
+
+
+# --- the baseline: scrapy-redis's FIFO queue (and its dupefilter) ----------------------------------------
+QUEUE, DUPES = "bench:queue", "bench:dupefilter"
+
+
+def push_all(client: redis.Redis, urls: list[NewUrl], batch: int, dedup: bool) -> float:
+    started = time.perf_counter()
+    for i in range(0, len(urls), batch):
+        chunk = urls[i:i + batch]
+        if dedup:
+            pipe = client.pipeline(transaction=False)
+            for u in chunk:
+                pipe.sadd(DUPES, u.id)
+            chunk = [u for u, added in zip(chunk, pipe.execute()) if added]
+        if chunk:
+            client.lpush(QUEUE, *[u.payload for u in chunk])
+    return time.perf_counter() - started
+
+
+def pop_all(client: redis.Redis, count: int) -> int:
+    n = 0
+    while True:
+        got = client.rpop(QUEUE, count)
+        if not got:
+            return n
+        n += len(got)
+
+
+# --- running the variants ------------------------------------------------------------------------------
+def run_single(kind: str, spec: str, args, redis_client: redis.Redis | None) -> dict:
+    urls = URLS
+    stats_before = _redis_usec(redis_client)
+    if kind == "frontier":
+        f = open_frontier(spec)
+        f.clear()
+        counted = Counted(f)
+        add_s = add_all(f, urls, args.batch)
+        scripts_add = counted.scripts
+        stats_mid = _redis_usec(redis_client)
+        seen_s = readd_all(f, urls, args.batch)
+        stats_seen = _redis_usec(redis_client)
+        probe = None
+        if redis_client is not None:
+            def probe() -> float:
+                return redis_client.info("commandstats").get("cmdstat_evalsha", {}).get("usec", 0) / 1e6
+            probe.total = 0.0
+        scripts_before = counted.scripts
+        n, lease_s, drain_s = drain(f, args.lease_batch, probe)
+        stats_after = _redis_usec(redis_client)
+        left = f.counts(time.time())
+        f.close()
+        if n != len(urls) or left.get("queued") or left.get("leased") or left.get("held"):
+            raise SystemExit(f"{spec}: leased {n} of {len(urls)} URLs; left {left}")
+        out = {"add_s": add_s, "lease_s": lease_s, "drain_s": drain_s, "seen_s": seen_s,
+               "scripts_add": scripts_add, "scripts_cycle": counted.scripts - scripts_before,
+               "pipelines_cycle": counted.pipelines, "lua_lease_s": probe.total if probe else 0.0}
+    else:
+        redis_client.delete(QUEUE, DUPES)
+        add_s = push_all(redis_client, urls, args.batch, kind == "dedup")
+        stats_mid = _redis_usec(redis_client)
+        if kind == "dedup":  # the same URLs again: all duplicates, nothing pushed
+            started = time.perf_counter()
+            push_all(redis_client, urls, args.batch, True)
+            seen_s = time.perf_counter() - started
+        stats_seen = _redis_usec(redis_client)
+        started = time.perf_counter()
+        n = pop_all(redis_client, args.lease_batch)
+        lease_s = drain_s = time.perf_counter() - started
+        stats_after = _redis_usec(redis_client)
+        out = {"add_s": add_s, "lease_s": lease_s, "drain_s": drain_s}
+        if kind == "dedup":
+            out["seen_s"] = seen_s
+        if n != len(urls):
+            raise SystemExit(f"baseline {kind}: popped {n} of {len(urls)}")
+    if redis_client is not None:
+        out["redis_add_s"], out["lua_add_s"] = (b - a for a, b in zip(stats_before, stats_mid))
+        out["redis_cycle_s"], out["lua_cycle_s"] = (b - a for a, b in zip(stats_seen, stats_after))
+        out["redis_seen_s"], out["lua_seen_s"] = (b - a for a, b in zip(stats_mid, stats_seen))
+    return _rates(out, len(urls))
+
+
+def run_multi(kind: str, spec: str, args, redis_client: redis.Redis | None) -> dict:
+    if kind == "frontier":
+        f = open_frontier(spec)
+        f.clear()
+        f.close()
+    else:
+        redis_client.delete(QUEUE, DUPES)
+    ctx = mp.get_context("fork")
+    barrier, results = ctx.Barrier(args.clients), ctx.Queue()
+    procs = [ctx.Process(target=client_main, args=(kind, spec, i, args.clients, args.batch, args.lease_batch,
+                                                   barrier, results)) for i in range(args.clients)]
+    for p in procs:
+        p.start()
+    rows = [results.get(timeout=600) for _ in procs]
+    for p in procs:
+        p.join()
+        if p.exitcode:
+            raise SystemExit(f"{kind} client exited {p.exitcode}")
+    n = sum(r["n"] for r in rows)
+    if n != len(URLS):
+        raise SystemExit(f"{kind} x{args.clients}: drained {n} of {len(URLS)} URLs")
+    add_s = max(r["t1"] for r in rows) - min(r["t0"] for r in rows)
+    drain_s = max(r["t3"] for r in rows) - min(r["t2"] for r in rows)
+    # the clients lease in parallel: lease()'s share of the drain's wall time is their share of time in lease()
+    share = sum(r["in_lease"] for r in rows) / max(1e-9, sum(r["drain"] for r in rows))
+    return _rates({"add_s": add_s, "lease_s": drain_s * share, "drain_s": drain_s}, n)
+
+
+def _rates(out: dict, n: int) -> dict:
+    out["n"] = n
+    out["add_per_s"] = n / out["add_s"]
+    out["lease_per_s"] = n / out["lease_s"]
+    out["cycle_per_s"] = n / out["drain_s"]
+    out["enqueue_next_per_s"] = n / (out["add_s"] + out["lease_s"])
+    out["enqueue_cycle_per_s"] = n / (out["add_s"] + out["drain_s"])
+    out["seen_per_s"] = n / out["seen_s"] if "seen_s" in out else None
+    return out
+
+
+def _redis_usec(client: redis.Redis | None) -> tuple[float, float]:
+    """(CPU seconds of the redis-server process so far, seconds inside EVALSHA so far): the server's whole cost
+    (parsing, replies, sockets included) and its Lua scripts' share."""
+    if client is None:
+        return 0.0, 0.0
+    cpu = client.info("cpu")
+    stats = client.info("commandstats")
+    return (cpu["used_cpu_user"] + cpu["used_cpu_sys"],
+            sum(v["usec"] for k, v in stats.items() if k in ("cmdstat_evalsha", "cmdstat_eval")) / 1e6)
+
+
+def ops_section(args, port: int, tmp: Path) -> dict:
+    global URLS
+    URLS = make_urls(args.urls, args.hosts)
+    plain = redis.Redis(port=port)
+    cfg = load_crawl_config([])
+    print(f"== 1. frontier operations: {args.urls:,} URLs over {args.hosts:,} hosts, add() batches of {args.batch}, "
+          f"lease({args.lease_batch}); {cfg.frontier.partitions} partitions; {os.cpu_count()} CPU core(s)", flush=True)
+    redis_url = f"redis://127.0.0.1:{port}/0"
+    rows: dict[str, dict] = {}
+    plan = [("baseline: LPUSH/RPOP (scrapy-redis FIFO)", "plain", redis_url, plain),
+            ("baseline: + SADD dupefilter", "dedup", redis_url, plain),
+            ("RedisFrontier", "frontier", redis_url + "#benchops", plain),
+            ("SqliteFrontier (embedded)", "frontier", f"sqlite:///{tmp / 'ops.db'}", None)]
+    for name, kind, spec, client in plan:
+        rows[f"{name} x1"] = run_single(kind, spec, args, client)
+        _print_row(f"{name} x1", rows[f"{name} x1"])
+        if args.clients > 1:
+            if kind == "frontier" and spec.startswith("sqlite"):
+                spec = f"sqlite:///{tmp / 'ops-multi.db'}"
+            rows[f"{name} x{args.clients}"] = run_multi(kind, spec, args, client)
+            _print_row(f"{name} x{args.clients}", rows[f"{name} x{args.clients}"])
+    single = rows["RedisFrontier x1"]
+    n = single["n"]
+    print(f"\n  RedisFrontier x1, where the time goes (redis-server CPU from INFO cpu, Lua from INFO commandstats):")
+    for phase, wall_key in (("add", "add_s"), ("seen", "seen_s"), ("cycle", "drain_s")):
+        wall = single[wall_key]
+        server, lua = single[f"redis_{phase}_s"], single[f"lua_{phase}_s"]
+        label = {"add": "add (new)", "seen": "add (seen)", "cycle": "full cycle"}[phase]
+        print(f"    {label:10s}: {wall / n * 1e6:6.1f} us/URL client wall; redis-server CPU {server / n * 1e6:5.1f} "
+              f"us/URL ({server / wall:4.0%} of the wall), Lua scripts {lua / n * 1e6:5.1f} us/URL"
+              + (f"; {single['scripts_add'] / n:.2f} script round trips/URL" if phase == "add" else "")
+              + (f"; {single['scripts_cycle'] / n:.2f} script round trips/URL + {single['pipelines_cycle'] / n:.3f} "
+                 f"lease peek pipelines/URL ({cfg.frontier.partitions * 5} commands each)" if phase == "cycle" else ""))
+    print(f"    of the cycle, lease(): {single['lease_s'] / n * 1e6:6.1f} us/URL client wall, Lua "
+          f"{single['lua_lease_s'] / n * 1e6:5.1f} us/URL; the rest is fetched() + release_host() per URL, ack() per "
+          f"batch")
+    base = rows["baseline: LPUSH/RPOP (scrapy-redis FIFO) x1"]
+    print(f"    baseline LPUSH/RPOP: redis-server busy {(base['redis_add_s'] + base['redis_cycle_s']) / n * 1e6:.1f} "
+          f"us/URL for push + pop")
+    return rows
+
+
+def _print_row(name: str, r: dict) -> None:
+    seen = f"{r['seen_per_s']:9,.0f}/s" if r.get("seen_per_s") else "        -  "
+    print(f"  {name:44s} add {r['add_per_s']:8,.0f}/s  re-add seen {seen}  lease {r['lease_per_s']:8,.0f}/s  "
+          f"full cycle {r['cycle_per_s']:8,.0f}/s  enqueue+next {r['enqueue_next_per_s']:8,.0f}/s  "
+          f"enqueue+cycle {r['enqueue_cycle_per_s']:8,.0f}/s", flush=True)
+
+
+# --- 2. memory -----------------------------------------------------------------------------------------
+def memory_usage(client: redis.Redis, keys: list[bytes]) -> int:
+    pipe = client.pipeline(transaction=False)
+    for key in keys:
+        pipe.memory_usage(key, samples=0)
+    return sum(v or 0 for v in pipe.execute())
+
+
+def memory_section(args, port: int) -> dict:
+    from spider.frontier.redis_backend import RedisFrontier
+
+    client = redis.Redis(port=port)
+    client.flushall()
+    layout = BloomLayout(TEN_M, 1e-6)
+    stage = layout.stages[0]
+    print(f"\n== 2. Redis memory per 10 M seen URLs at FP 1e-6: BloomLayout(10_000_000, 1e-6), 1 partition: stage 0 "
+          f"{stage.blocks} blocks of {layout.block_bytes} B, k={stage.k}, fp {stage.fp_rate:.1e} "
+          f"({stage.bytes / 1e6:.2f} MB of bits)", flush=True)
+    f = RedisFrontier(f"redis://127.0.0.1:{port}/0", "benchmem", 1, layout)
+    prefix = f.prefix(0)
+    used0 = int(client.info("memory")["used_memory"])
+    urls = make_urls(args.mem_urls, args.hosts, tag="m")
+    add_all(f, urls, args.batch)
+    admitted = len(urls)
+    bf_keys = list(client.scan_iter(match=prefix + "bf:*", count=1000))
+    while len(bf_keys) < stage.blocks and admitted < 20 * args.mem_urls:  # not every block touched yet: more
+        more = make_urls(args.mem_urls, args.hosts, tag=f"m{admitted}-")
+        add_all(f, more, args.batch)
+        admitted += len(more)
+        bf_keys = list(client.scan_iter(match=prefix + "bf:*", count=1000))
+    used1 = int(client.info("memory")["used_memory"])
+    bloom_bytes = memory_usage(client, bf_keys)
+    other_keys = [k for k in client.scan_iter(match=prefix + "*", count=1000) if not k.startswith((prefix + "bf:").encode())]
+    queue_bytes = memory_usage(client, other_keys)
+    e_bytes = memory_usage(client, [(prefix + "e").encode()])
+    q_bytes = memory_usage(client, [k for k in other_keys if k.startswith((prefix + "q:").encode())])
+    h_bytes = memory_usage(client, [k for k in other_keys if k.startswith((prefix + "h:").encode())])
+    per_block = bloom_bytes / max(1, len(bf_keys))
+    every = len(bf_keys) == stage.blocks
+    print(f"  admitted {admitted:,} URLs through add(): {len(bf_keys)}/{stage.blocks} Bloom blocks exist"
+          f"{'' if every else ' (NOT all: the figure below is a lower bound)'}; "
+          f"used_memory {used0 / 1e6:.1f} -> {used1 / 1e6:.1f} MB")
+    print(f"  Bloom filter (MEMORY USAGE over the bf: keys) = memory at 10 M seen URLs: {bloom_bytes:,} B = "
+          f"{bloom_bytes / 1e6:.2f} MB ({bloom_bytes / 2**20:.2f} MiB), {per_block:,.0f} B per block, "
+          f"{bloom_bytes * 8 / TEN_M:.1f} bits/URL  (target <= {TARGET_BYTES / 1e6:.0f} MB: "
+          f"{'met' if bloom_bytes <= TARGET_BYTES and every else 'MISSED'})")
+
+    fresh = make_urls(args.fp_urls, args.hosts, tag="fresh")
+    seen = 0
+    for i in range(0, len(fresh), args.batch):
+        seen += f.add(fresh[i:i + args.batch], time.time(), 0).count("seen")
+    print(f"  false positives at {admitted:,} admitted: {seen} of {len(fresh):,} fresh URLs said 'seen' "
+          f"(expected {_fp_theory(stage, admitted) * len(fresh):.2g})")
+    sim = simulate(stage, args.sim_urls, args.sim_tests) if args.sim_urls else None
+    if sim is not None:
+        rate = sim["hits"] / sim["tests"]
+        low, high = _poisson_95(sim["hits"])
+        print(f"  layout filled to {args.sim_urls:,} URLs (numpy replica of stage 0's blocked layout, its "
+              f"{sim['hashing']} double hashing checked against Stage.positions, random hashes): {sim['fill']:.4f} of "
+              f"bits set; FP from the blocks' fill alone "
+              f"{sim['fp_fill']:.2e} (textbook {_fp_theory(stage, args.sim_urls):.2e}), sampled {sim['hits']} of "
+              f"{sim['tests']:,} fresh = {rate:.2e} (95 %: {low / sim['tests']:.1e}..{high / sim['tests']:.1e}); "
+              f"against stage 0's share {stage.fp_rate:.0e}: {_verdict(low, high, sim['tests'], stage.fp_rate)}, against "
+              f"the whole filter's bound {layout.fp_rate:.0e}: {_verdict(low, high, sim['tests'], layout.fp_rate)}")
+
+    queued = admitted + len(fresh) - seen
+    print(f"  queued URLs (not the target's subject: it is about seen URLs): {queue_bytes:,} B for {queued:,} queued "
+          f"URLs over {args.hosts:,} hosts = {queue_bytes / queued:.0f} B/URL (e hash {e_bytes / queued:.0f}, "
+          f"q:<host> zsets {q_bytes / queued:.0f}, h:<host> hashes {h_bytes / queued:.0f}); at 10 M queued: "
+          f"{queue_bytes / queued * TEN_M / 1e9:.2f} GB")
+    f.close()
+
+    default = default_layout_at_10m(per_block)
+    set_bytes = set_baseline(client, args.set_urls)
+    print(f"  baseline: Redis SET of {args.set_urls:,} 16-byte fingerprints (SADD): {set_bytes:,} B = "
+          f"{set_bytes / args.set_urls:.1f} B/URL -> 10 M: {set_bytes / args.set_urls * TEN_M / 1e6:.0f} MB "
+          f"(linear; a set's bucket array doubles, so the real 10 M figure is a little higher)")
+    print(f"  ratio Bloom(10 M, 1e-6)/SET at 10 M: {bloom_bytes / (set_bytes / args.set_urls * TEN_M):.3f}; "
+          f"default config at 10 M/SET: {default / (set_bytes / args.set_urls * TEN_M):.3f}")
+    client.flushall()
+    return {"bloom_bytes": bloom_bytes, "every_block": every, "default_bytes": default}
+
+
+def default_layout_at_10m(per_block: float) -> int:
+    """conf/crawl.yaml's filter at 10 M URLs: open_backend gives each partition BloomLayout(capacity // partitions)."""
+    f = load_crawl_config([]).frontier
+    layout = BloomLayout(max(1, f.bloom_capacity // f.partitions), f.bloom_fp_rate)
+    per_partition = TEN_M // f.partitions
+    last = layout.stage_for(per_partition - 1)
+    print(f"  default config (conf/crawl.yaml): bloom_capacity={f.bloom_capacity:,}, partitions={f.partitions}, "
+          f"fp {f.bloom_fp_rate:g} -> per partition BloomLayout({layout.capacity:,}); at 10 M URLs "
+          f"({per_partition:,} per partition, spread evenly) it grows to stage {last}:")
+    total, before = 0, 0
+    for i, stage in enumerate(layout.stages[:last + 1]):
+        in_stage = min(stage.capacity, per_partition - before)
+        before += stage.capacity
+        size = stage.blocks * per_block * f.partitions
+        total += size
+        print(f"    stage {i}: capacity {stage.capacity:>9,} fp {stage.fp_rate:.2e} k={stage.k:2d} "
+              f"{stage.blocks:4d} blocks/partition, holds {in_stage:>9,}: {size / 1e6:6.2f} MB over {f.partitions} "
+              f"partitions")
+    print(f"    total {total / 1e6:.2f} MB at 10 M URLs (target <= {TARGET_BYTES / 1e6:.0f} MB: "
+          f"{'met' if total <= TARGET_BYTES else 'MISSED'}); with bloom_capacity=10,000,000 it would be one stage: "
+          f"{BloomLayout(TEN_M // f.partitions, f.bloom_fp_rate).stages[0].blocks * per_block * f.partitions / 1e6:.2f}"
+          f" MB")
+    embedded = BloomLayout(f.bloom_capacity, f.bloom_fp_rate)
+    last = embedded.stage_for(TEN_M - 1)
+    print(f"    (embedded, one BloomLayout({f.bloom_capacity:,}): stages 0..{last}, "
+          f"{sum(s.bytes for s in embedded.stages[:last + 1]) / 1e6:.2f} MB of blocks in SQLite at 10 M)")
+    return int(total)
+
+
+def set_baseline(client: redis.Redis, n: int) -> int:
+    import hashlib
+
+    client.flushall()
+    before = int(client.info("memory")["used_memory"])
+    key = "bench:fingerprints"
+    pipe = client.pipeline(transaction=False)
+    for start in range(0, n, 1000):
+        pipe.sadd(key, *[hashlib.blake2b(str(i).encode(), digest_size=16).digest()
+                         for i in range(start, min(n, start + 1000))])
+        if len(pipe) >= 50:
+            pipe.execute()
+    pipe.execute()
+    after = int(client.info("memory")["used_memory"])
+    usage = client.memory_usage(key, samples=0) or 0
+    return max(after - before, usage)
+
+
+def _verdict(low: float, high: float, tests: int, bound: float) -> str:
+    return "within" if high / tests <= bound else "ABOVE" if low / tests > bound else "not told apart at this sample"
+
+
+def _poisson_95(k: int) -> tuple[float, float]:
+    """A rough 95 % interval for a Poisson count (normal approximation with a continuity margin)."""
+    import math
+    return max(0.0, k - 1.96 * math.sqrt(k) - 1), k + 1.96 * math.sqrt(k) + 2
+
+
+def _fp_theory(stage, n: int) -> float:
+    import math
+    return (1 - math.exp(-stage.k * n / (stage.blocks * stage.block_bits))) ** stage.k
+
+
+def simulate(stage, n: int, tests: int) -> dict | None:
+    """Stage 0's blocked layout filled with n random hash triples in numpy, its FP from the fill of each block and by
+    sampling fresh triples.  The numpy replica of Stage.positions is checked against it first (plain or enhanced
+    double hashing); a layout it does not replicate is skipped."""
+    try:
+        import numpy as np
+    except ImportError:
+        print("  (numpy absent: the 10 M fill is skipped)")
+        return None
+    m, ks = stage.block_bits, np.arange(stage.k, dtype=np.int64)
+
+    def plain(h):  # block a % blocks, bits (b + i * (c | 1)) % m
+        return (h[:, 1, None] + ks[None, :] * (h[:, 2, None] | 1)) % m
+
+    def enhanced(h):  # x = b, y = c; each bit: x, then x += y, y += i + 1 (mod m)
+        x, y, cols = h[:, 1] % m, h[:, 2] % m, []
+        for i in range(stage.k):
+            cols.append(x)
+            x, y = (x + y) % m, (y + i + 1) % m
+        return np.stack(cols, axis=1)
+
+    rng = np.random.default_rng(20240601)
+    probe = rng.integers(0, 1 << 26, size=(200, 3), dtype=np.int64)
+    want = [stage.positions(tuple(int(v) for v in row)) for row in probe]
+    offsets = next((f for f in (plain, enhanced) if all(
+        block == int(row[0]) % stage.blocks and bits == [int(v) for v in got]
+        for (block, bits), row, got in zip(want, probe, f(probe)))), None)
+    if offsets is None:
+        print("  (Stage.positions is neither plain nor enhanced double hashing: the 10 M fill is skipped)")
+        return None
+
+    def positions(count: int):
+        h = rng.integers(0, 1 << 26, size=(count, 3), dtype=np.int64)
+        return ((h[:, 0] % stage.blocks)[:, None] * m + offsets(h)).ravel()
+
+    bits = np.zeros(stage.blocks * m, dtype=bool)
+    chunk = 1 << 19
+    for start in range(0, n, chunk):
+        bits[positions(min(chunk, n - start))] = True
+    fill = bits.reshape(stage.blocks, m).mean(axis=1)
+    hits = 0
+    for start in range(0, tests, chunk):
+        count = min(chunk, tests - start)
+        hits += int(bits[positions(count)].reshape(count, stage.k).all(axis=1).sum())
+    return {"fill": float(fill.mean()), "fp_fill": float((fill ** stage.k).mean()), "hits": hits, "tests": tests,
+            "hashing": offsets.__name__}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--urls", type=int, default=40_000, help="URLs added then drained per variant")
+    parser.add_argument("--hosts", type=int, default=1_000)
+    parser.add_argument("--batch", type=int, default=200, help="URLs per add() (the scheduler: one tick's worth)")
+    parser.add_argument("--lease-batch", type=int, default=32, help="lease()'s max_urls (frontier.buffer)")
+    parser.add_argument("--clients", type=int, default=2, help="client processes in the multi-client runs")
+    parser.add_argument("--mem-urls", type=int, default=30_000, help="URLs admitted for the memory measure")
+    parser.add_argument("--fp-urls", type=int, default=20_000, help="fresh URLs tested for false positives")
+    parser.add_argument("--sim-urls", type=int, default=TEN_M, help="URLs in the numpy fill (0: skip)")
+    parser.add_argument("--sim-tests", type=int, default=50_000_000, help="fresh hash triples tested in the fill")
+    parser.add_argument("--set-urls", type=int, default=1_000_000, help="fingerprints in the SET baseline")
+    parser.add_argument("--only", choices=("ops", "memory"))
+    args = parser.parse_args(argv)
+
+    tmp = Path(tempfile.mkdtemp(prefix="frontier-ops-"))
+    server = RedisServer(tmp / "redis")
+    port = server.port
+    started = time.perf_counter()
+    try:
+        version = redis.Redis(port=port).info("server")["redis_version"]
+        print(f"redis-server {version} on 127.0.0.1:{port} (--save '' --appendonly no), redis-py {redis.__version__}")
+        rows = ops_section(args, port, tmp) if args.only != "memory" else {}
+        mem = memory_section(args, port) if args.only != "ops" else {}
+    finally:
+        server.stop()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+    print(f"\nSUMMARY ({time.perf_counter() - started:.0f} s)")
+    if rows:
+        base = rows["baseline: LPUSH/RPOP (scrapy-redis FIFO) x1"]["enqueue_next_per_s"]
+        dedup = rows["baseline: + SADD dupefilter x1"]["enqueue_next_per_s"]
+        best = max(v["enqueue_next_per_s"] for k, v in rows.items() if k.startswith("RedisFrontier"))
+        for name in [k for k in rows if k.startswith(("RedisFrontier", "SqliteFrontier"))]:
+            r = rows[name]
+            print(f"  {name:32s} enqueue+next {r['enqueue_next_per_s']:8,.0f}/s  ratio vs LPUSH/RPOP "
+                  f"{r['enqueue_next_per_s'] / base:.3f}, vs SADD+LPUSH/RPOP {r['enqueue_next_per_s'] / dedup:.3f}")
+        print(f"  RedisFrontier enqueue+next, best: {best:,.0f}/s (target >= {TARGET_OPS:,}/s on one Redis: "
+              f"{'met' if best >= TARGET_OPS else 'MISSED'})")
+    if mem:
+        print(f"  Bloom filter at 10 M seen URLs, FP 1e-6: {mem['bloom_bytes'] / 1e6:.2f} MB (target <= "
+              f"{TARGET_BYTES / 1e6:.0f} MB: {'met' if mem['bloom_bytes'] <= TARGET_BYTES and mem['every_block'] else 'MISSED'}); "
+              f"default conf/crawl.yaml layout at 10 M: {mem['default_bytes'] / 1e6:.2f} MB "
+              f"({'met' if mem['default_bytes'] <= TARGET_BYTES else 'MISSED'})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
