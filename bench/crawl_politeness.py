@@ -143,10 +143,10 @@ def main(argv: list[str] | None = None) -> int:
     return 0 if all(w["returncode"] == 0 for w in workers) else 1
 
 
-if __name__ == "__main__":
-    sys.exit(main())
-
-
 def _redis(workdir: Path) -> tuple[RedisServer, str]:
     server = RedisServer(workdir)
     return server, server.url
+
+
+if __name__ == "__main__":
+    sys.exit(main())

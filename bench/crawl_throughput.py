@@ -193,10 +193,10 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-if __name__ == "__main__":
-    sys.exit(main())
-
-
 def _redis(workdir: Path) -> tuple[RedisServer, str]:
     server = RedisServer(workdir)
     return server, server.url
+
+
+if __name__ == "__main__":
+    sys.exit(main())
