@@ -102,22 +102,14 @@ class Counted:
             frontier._run, frontier.client.pipeline = counted_run, counted_pipeline
 
 
-def add_all(f, urls: list[NewUrl], batch: int) -> float:
+def add_all(f, urls: list[NewUrl], batch: int, expect: str = "admitted") -> float:
+    """Offer every URL in batches, each expected to come out `expect`: "admitted" the first time, "seen" when
+    offered again (a crawl's common case: most links on a page are known)."""
     started = time.perf_counter()
     for i in range(0, len(urls), batch):
         outcomes = f.add(urls[i:i + batch], time.time(), 0)
-        if outcomes.count("admitted") != len(outcomes):
-            raise SystemExit(f"add(): expected every URL admitted, got {set(outcomes)}")
-    return time.perf_counter() - started
-
-
-def readd_all(f, urls: list[NewUrl], batch: int) -> float:
-    """The same URLs offered again, all 'seen': a crawl's common case (most links on a page are known)."""
-    started = time.perf_counter()
-    for i in range(0, len(urls), batch):
-        outcomes = f.add(urls[i:i + batch], time.time(), 0)
-        if outcomes.count("seen") != len(outcomes):
-            raise SystemExit(f"add() again: expected every URL seen, got {set(outcomes)}")
+        if outcomes.count(expect) != len(outcomes):
+            raise SystemExit(f"add(): expected every URL {expect}, got {set(outcomes)}")
     return time.perf_counter() - started
 
 
@@ -217,7 +209,7 @@ def run_single(kind: str, spec: str, args, redis_client: redis.Redis | None) -> 
         add_s = add_all(f, urls, args.batch)
         scripts_add = counted.scripts
         stats_mid = _redis_usec(redis_client)
-        seen_s = readd_all(f, urls, args.batch)
+        seen_s = add_all(f, urls, args.batch, expect="seen")
         stats_seen = _redis_usec(redis_client)
         probe = None
         if redis_client is not None:

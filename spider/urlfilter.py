@@ -1,6 +1,7 @@
-"""Which discovered URLs enter the frontier: allowed hosts, trap rules, a per-host budget.
+"""Trap rules shared by every scheduler, and the in-process URL filter of stock Scrapy's scheduler.
 
-Kept apart from the spider so it can move into a shared (Redis) frontier later unchanged.
+The frontier (spider/frontier/admission.py) applies `trap_reason` before its Bloom filter; `UrlFilter` (allowed
+hosts, a seen-set, a per-host budget in one process) only serves stock Scrapy's scheduler, the benchmarks' baseline.
 """
 from __future__ import annotations
 

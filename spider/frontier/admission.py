@@ -10,10 +10,10 @@ from __future__ import annotations
 import datetime as dt
 import ipaddress
 import re
-from collections import Counter
 from urllib.parse import urlsplit
 
 from spider.config import CrawlConfig
+from spider.urlfilter import trap_reason
 
 _YEAR = re.compile(r"(?<![0-9])(1[0-9]{3}|2[0-9]{3})(?=[-/_.](?:0?[1-9]|1[0-2])(?![0-9]))")  # a year, then a month
 
@@ -57,11 +57,9 @@ class Admission:
         host = (parts.hostname or "").lower()
         if self.cfg.depth_limit and depth > self.cfg.depth_limit:
             return "depth"
-        if len(url) > self.cfg.max_url_length:
-            return "url_too_long"
-        segments = [s for s in parts.path.split("/") if s]
-        if segments and max(Counter(segments).values()) >= self.cfg.max_repeated_segment:
-            return "repeated_path_segment"  # BUbiNG, Nutch regex-urlfilter: /a/b/a/b/a/b loops
+        trap = trap_reason(url, self.cfg.max_url_length, self.cfg.max_repeated_segment)
+        if trap:
+            return trap
         for match in _YEAR.finditer(parts.path + ("?" + parts.query if parts.query else "")):
             if not self.years[0] <= int(match.group(1)) <= self.years[1]:
                 return "calendar_trap"
