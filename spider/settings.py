@@ -11,7 +11,7 @@ FRONTIER = "spider.frontier.scheduler.FrontierScheduler"
 def scrapy_settings(cfg: CrawlConfig, warc_dir: str, stats_file: str = "",
                     seeds_file: str = "", warc_buffer: str = "", local_dir: str = "") -> dict[str, Any]:
     frontier = cfg.scheduler == FRONTIER
-    settings = {
+    return {
         "BOT_NAME": "weblm",
         "SPIDER_MODULES": ["spider.web_spider"],  # `scrapy crawl weblm` finds WebSpider here (scrapy.cfg)
         "TWISTED_REACTOR": "twisted.internet.asyncioreactor.AsyncioSelectorReactor",
@@ -36,8 +36,8 @@ def scrapy_settings(cfg: CrawlConfig, warc_dir: str, stats_file: str = "",
         "CLOSESPIDER_TIMEOUT": cfg.close_after_seconds,
         "CLOSESPIDER_ERRORCOUNT": cfg.close_after_errors,
         "LOG_LEVEL": cfg.log_level,
-        "TELNETCONSOLE_ENABLED": False,
-        "TWISTED_DNS_RESOLVER": "spider.frontier.dns.GuardedResolver",  # TTL cache and SSRF guard  # no listening ports a crawl does not need
+        "TELNETCONSOLE_ENABLED": False,  # no listening ports a crawl does not need
+        "TWISTED_DNS_RESOLVER": "spider.frontier.dns.GuardedResolver",  # TTL cache and SSRF guard
         "DOWNLOAD_HANDLERS": {  # Scrapy's HTTP/1.1 handler, recording the heads' wire bytes for WARC
             "http": "spider.wire.WireRecordingDownloadHandler",
             "https": "spider.wire.WireRecordingDownloadHandler",
@@ -63,4 +63,3 @@ def scrapy_settings(cfg: CrawlConfig, warc_dir: str, stats_file: str = "",
         "WEBLM_SEEDS_FILE": seeds_file,  # the seeds when the spider is given none (`scrapy crawl weblm`)
         "WEBLM_LOCAL_DIR": local_dir,  # paths.local: the embedded frontier's database lives under it
     }
-    return settings
