@@ -29,17 +29,23 @@ class CheckpointError(RuntimeError):
 
 
 class RNGState:
-    """Every generator a step may draw from: python, numpy, torch CPU, and megatron's tracked streams."""
+    """Every generator a step may draw from: python, numpy, torch CPU (and CUDA, on a GPU), and megatron's
+    tracked streams."""
 
     def state_dict(self) -> dict[str, Any]:
         tracker = mcore_random.get_cuda_rng_tracker()
-        return {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state(),
-                "tracker": {k: v.clone() for k, v in tracker.get_states().items()}}
+        state = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state(),
+                 "tracker": {k: v.clone() for k, v in tracker.get_states().items()}}
+        if torch.cuda.is_initialized():
+            state["cuda"] = torch.cuda.get_rng_state()
+        return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         random.setstate(state["python"])
         np.random.set_state(state["numpy"])
         torch.set_rng_state(state["torch"])
+        if "cuda" in state and torch.cuda.is_initialized():
+            torch.cuda.set_rng_state(state["cuda"])
         mcore_random.get_cuda_rng_tracker().set_states({k: v.clone() for k, v in state["tracker"].items()})
 
 

@@ -21,6 +21,7 @@ class ModelConfig:
     init_method_std: float
     share_embeddings: bool
     vocab_multiple: int
+    attention: str
 
 
 @dataclass(frozen=True)
@@ -48,6 +49,17 @@ class DataConfig:
     eod_mask_loss: bool
     reset_position_ids: bool
     reset_attention_mask: bool
+    prefetch: int
+
+
+@dataclass(frozen=True)
+class CudaConfig:
+    precision: str
+    compile: bool
+    fused_optimizer: bool
+    cross_entropy_fusion: bool
+    overlap_grad_reduce: bool
+    deterministic: bool
 
 
 @dataclass(frozen=True)
@@ -86,6 +98,7 @@ class TrainerConfig:
     schedule: ScheduleConfig
     parallel: ParallelConfig
     remote: RemoteConfig
+    cuda: CudaConfig
 
     def __post_init__(self) -> None:
         m, b, s = self.model, self.batch, self.schedule
@@ -97,6 +110,14 @@ class TrainerConfig:
         if m.position_embedding not in ("rope", "learned_absolute"):
             raise ConfigError("model.position_embedding must be rope or learned_absolute, "
                               f"got {m.position_embedding!r}")
+        if m.attention not in ("sdpa", "unfused"):
+            raise ConfigError(f"model.attention must be sdpa or unfused, got {m.attention!r}")
+        if self.backend not in ("cpu", "cuda"):
+            raise ConfigError(f"backend must be cpu or cuda, got {self.backend!r}")
+        if self.cuda.precision not in ("bf16", "fp32"):
+            raise ConfigError(f"cuda.precision must be bf16 or fp32, got {self.cuda.precision!r}")
+        if self.data.prefetch < 0:
+            raise ConfigError(f"data.prefetch must be >= 0, got {self.data.prefetch}")
         if self.optim.decay_style not in ("cosine", "linear", "constant"):
             raise ConfigError(f"optim.decay_style must be cosine, linear or constant, got {self.optim.decay_style!r}")
         if self.optim.warmup_steps >= s.steps:

@@ -1,7 +1,8 @@
 """megatron-core's GPTModel (local layer spec) built from the trainer config and the manifest's vocab.
 
 The model knows nothing about parallelism or devices: megatron reads tp/pp from its parallel state,
-which the backend set up.
+which the backend set up.  The same function builds the model for both backends; the cuda backend
+passes its settings (bf16, initialisation on the GPU, fusions).
 """
 from __future__ import annotations
 
@@ -9,8 +10,10 @@ import torch
 from megatron.core.models.gpt import GPTModel
 from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
 from megatron.core.transformer import TransformerConfig
+from megatron.core.transformer.spec_utils import ModuleSpec
 
-from trainer.config import ModelConfig
+from trainer.attention import SDPAttention
+from trainer.config import CudaConfig, ModelConfig
 
 
 def padded_vocab_size(vocab_size: int, multiple: int, tp: int = 1) -> int:
@@ -20,7 +23,10 @@ def padded_vocab_size(vocab_size: int, multiple: int, tp: int = 1) -> int:
     return -(-vocab_size // step) * step
 
 
-def transformer_config(m: ModelConfig) -> TransformerConfig:
+def transformer_config(m: ModelConfig, cuda: CudaConfig | None = None) -> TransformerConfig:
+    """`cuda` None: the cpu backend (fp32, initialised on the CPU, no fusions)."""
+    bf16 = cuda is not None and cuda.precision == "bf16"
+    dtype = torch.bfloat16 if bf16 else torch.float32
     return TransformerConfig(
         num_layers=m.num_layers,
         hidden_size=m.hidden_size,
@@ -30,15 +36,35 @@ def transformer_config(m: ModelConfig) -> TransformerConfig:
         hidden_dropout=m.dropout,
         attention_dropout=m.dropout,
         init_method_std=m.init_method_std,
-        use_cpu_initialization=True,   # initialise on the CPU: the same weights whatever the device or TP size
-        params_dtype=torch.float32,
+        # The cpu backend initialises on the CPU: the same weights whatever the TP size. The cuda backend
+        # initialises on the GPU from megatron's tracked CUDA RNG (a 1 B model takes seconds, not minutes).
+        use_cpu_initialization=cuda is None,
+        params_dtype=dtype,
+        pipeline_dtype=dtype,
+        bf16=bf16,
+        # Loss per token summed over the global batch, divided once by its token count (finalize_model_grads).
+        calculate_per_token_loss=True,
+        # megatron's jit_fuser (torch.compile) fusions; the ones that need Transformer Engine or Apex stay off.
+        bias_activation_fusion=cuda is not None,
+        bias_dropout_fusion=cuda is not None,
+        cross_entropy_loss_fusion=cuda is not None and cuda.cross_entropy_fusion,
+        cross_entropy_fusion_impl="native",
+        gradient_accumulation_fusion=False,   # needs Apex's or TE's fused wgrad kernel
+        masked_softmax_fusion=False,          # the unfused path's CUDA kernel needs Apex; SDPA fuses it anyway
     )
 
 
-def build_model(m: ModelConfig, vocab_size: int) -> GPTModel:
+def layer_spec(m: ModelConfig) -> ModuleSpec:
+    spec = get_gpt_layer_local_spec(normalization=m.normalization)
+    if m.attention == "sdpa":
+        spec.submodules.self_attention.submodules.core_attention = SDPAttention
+    return spec
+
+
+def build_model(m: ModelConfig, vocab_size: int, cuda: CudaConfig | None = None) -> GPTModel:
     return GPTModel(
-        config=transformer_config(m),
-        transformer_layer_spec=get_gpt_layer_local_spec(normalization=m.normalization),
+        config=transformer_config(m, cuda),
+        transformer_layer_spec=layer_spec(m),
         vocab_size=vocab_size,
         max_sequence_length=m.seq_length,
         share_embeddings_and_output_weights=m.share_embeddings,
@@ -49,3 +75,10 @@ def build_model(m: ModelConfig, vocab_size: int) -> GPTModel:
 
 def count_parameters(model: torch.nn.Module) -> int:
     return sum(p.numel() for p in model.parameters())
+
+
+def transformer_parameters(model: torch.nn.Module) -> int:
+    """Parameters outside the input embedding and the output layer (the N of the PaLM FLOPs formula)."""
+    skip = ("embedding.", "output_layer.")
+    return sum(p.numel() for name, p in model.named_parameters()
+               if not any(part in name for part in skip))

@@ -25,12 +25,13 @@ from trainer import tracking
 from trainer.backend import open_backend
 from trainer.checkpoint import CheckpointError, RNGState, read_checkpoint, restore
 from trainer.config import TrainerConfig, load_trainer_config
-from trainer.data import Batch, build_datasets, eval_batches, micro_batches
+from trainer.data import build_datasets, eval_batches
+from trainer.engine import build_engine
 from trainer.input_cache import open_manifest
 from trainer.lineage import LineageWriter
 from trainer.manifest import Manifest, ManifestError
-from trainer.model import build_model, count_parameters, padded_vocab_size
-from trainer.optim import build_optimizer, build_scheduler
+from trainer.loader import StepLoader, to_device
+from trainer.model import count_parameters, padded_vocab_size
 from trainer.progress import Meter, Progress
 from trainer.run_folder import RunFolder
 
@@ -40,20 +41,6 @@ log = logging.getLogger("trainer")
 RESUMABLE_CHANGES = ("schedule.log_interval", "schedule.checkpoint_interval", "schedule.keep_checkpoints",
                      "schedule.eval_interval", "schedule.eval_batches", "experiment", "remote.download_attempts",
                      "remote.drain_timeout_s")
-
-
-def masked_loss_sum(model: torch.nn.Module, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
-    """Sum of per-token losses where loss_mask is 1, and how many tokens that was."""
-    per_token = model(batch.tokens, batch.position_ids, batch.attention_mask, labels=batch.labels)
-    return (per_token * batch.loss_mask).sum(), batch.loss_mask.sum()
-
-
-@torch.no_grad()
-def evaluate(model: torch.nn.Module, batches: list[Batch]) -> float:
-    model.eval()
-    sums = [masked_loss_sum(model, b) for b in batches]
-    model.train()
-    return (sum(s for s, _ in sums) / sum(n for _, n in sums)).item()
 
 
 def train(cfg: TrainerConfig, paths: Paths, manifest_path: str | Path | None = None, out: str | Path | None = None,
@@ -81,62 +68,33 @@ def _train(cfg: TrainerConfig, paths: Paths, manifest: Manifest, folder: RunFold
     with open_backend(cfg) as backend:
         datasets = build_datasets(cfg, manifest, files.cache(manifest.sha256))
         vocab_size = padded_vocab_size(manifest.vocab_size, cfg.model.vocab_multiple, cfg.parallel.tp)
-        model = build_model(cfg.model, vocab_size)
-        optimizer = build_optimizer(model, cfg.optim)
-        scheduler = build_scheduler(optimizer, cfg.optim, cfg.schedule.steps)
+        engine = build_engine(cfg, backend, vocab_size)
         progress = Progress()
-        state = {"model": model, "optimizer": optimizer, "scheduler": scheduler, "progress": progress,
-                 "rng": RNGState()}
+        state = engine.parts() | {"progress": progress, "rng": RNGState()}
         if resume:
             _resume(folder, state, cfg, manifest.sha256)
-        model_info = {"model.parameters": count_parameters(model), "model.padded_vocab_size": vocab_size}
+        parameters = count_parameters(engine.gpt)
+        model_info = {"model.parameters": parameters, "model.padded_vocab_size": vocab_size}
         run = tracking.start_run(cfg, paths, manifest, model_info, progress.run_id)
         progress.run_id = run.info.run_id
         lineage = LineageWriter(folder.prepare_lineage(progress.step), keep_before=progress.step)
-        val_batches = eval_batches(cfg, datasets)
+        val_batches = [to_device(b, backend.device) for b in eval_batches(cfg, datasets)]
         meter = Meter(cfg.schedule.steps, progress.step)
         tokens_per_step = cfg.batch.global_batch_size * cfg.model.seq_length
         log.info("training %s parameters (vocab %d -> %d) on %d tokens in %d shards, %d steps of %d tokens",
-                 f"{count_parameters(model):,}", manifest.vocab_size, vocab_size, manifest.total_tokens,
+                 f"{parameters:,}", manifest.vocab_size, vocab_size, manifest.total_tokens,
                  len(manifest.shards), cfg.schedule.steps, tokens_per_step)
 
         checkpoint = folder.latest_checkpoint()   # what result.json names if no step is left to run
-        for step in range(progress.step, cfg.schedule.steps):
-            began = time.perf_counter()
-            batches, samples = micro_batches(cfg, datasets, step, backend.dp_rank, backend.dims.dp)
-            n_tokens = sum(b.loss_mask.sum() for b in batches)   # normalise by the whole global batch's tokens
-            optimizer.zero_grad(set_to_none=True)
-            loss = 0.0
-            for batch in batches:
-                loss_sum, _ = masked_loss_sum(model, batch)
-                (loss_sum / n_tokens).backward()
-                loss += (loss_sum / n_tokens).item()
-            grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.optim.grad_clip or float("inf"))
-            scheduler.step(1)                      # lr of update `step` is the schedule at step+1 (no lr=0 update)
-            optimizer.step()
-
-            progress.step, progress.tokens_seen, progress.last_loss = step + 1, progress.tokens_seen + tokens_per_step, loss
-            progress.first_loss = loss if progress.first_loss is None else progress.first_loss
-            tokens_per_s = tokens_per_step / (time.perf_counter() - began)
-            lr = optimizer.param_groups[0]["lr"]
-            metrics = {"loss": loss, "lr": lr, "grad_norm": grad_norm.item(), "tokens_per_s": tokens_per_s,
-                       "tokens_seen": progress.tokens_seen}
-            lineage.write(step, samples)
-            if val_batches and (step + 1) % cfg.schedule.eval_interval == 0:
-                metrics["val_loss"] = evaluate(model, val_batches)
-            tracking.log_step(metrics, step)
-            if (step + 1) % cfg.schedule.log_interval == 0 or step + 1 == cfg.schedule.steps:
-                log.info(meter.line(step, loss, lr, metrics["grad_norm"], tokens_per_s)
-                         + (f" | val {metrics['val_loss']:.4f}" if "val_loss" in metrics else ""))
-            final = step + 1 == cfg.schedule.steps
-            if final or (step + 1) % cfg.schedule.checkpoint_interval == 0:
-                checkpoint = folder.save_checkpoint(step + 1, state, _meta(cfg, manifest))
-            if stop_after is not None and step + 1 >= stop_after and not final:
-                log.warning("stopping after step %d as asked (--stop-after); resume with --resume", step + 1)
-                lineage.close()
-                tracking.finish([], status="KILLED")
-                return None
-
+        loader = StepLoader(cfg, datasets, progress.step, cfg.schedule.steps, backend.dp_rank, backend.dims.dp,
+                            backend.device)
+        try:
+            stopped, checkpoint = _loop(cfg, manifest, folder, engine, loader, lineage, val_batches, meter, progress,
+                                        state, checkpoint, stop_after)
+        finally:
+            loader.close()
+        if stopped:
+            return None
         lineage.close()
         result = {"run_id": progress.run_id, "steps": progress.step, "first_loss": progress.first_loss,
                   "last_loss": progress.last_loss, "tokens_seen": progress.tokens_seen,
@@ -148,6 +106,40 @@ def _train(cfg: TrainerConfig, paths: Paths, manifest: Manifest, folder: RunFold
                  progress.first_loss, progress.last_loss, progress.step, rate, f"{rate * tokens_per_step:,.0f}",
                  folder.location("result.json"))
         return result
+
+
+def _loop(cfg: TrainerConfig, manifest: Manifest, folder: RunFolder, engine, loader: StepLoader,
+          lineage: LineageWriter, val_batches, meter: Meter, progress: Progress, state: dict[str, Any],
+          checkpoint: str | None, stop_after: int | None) -> tuple[bool, str | None]:
+    """The steps left in the run; (stopped by --stop-after, the newest checkpoint)."""
+    tokens_per_step = cfg.batch.global_batch_size * cfg.model.seq_length
+    began = time.perf_counter()
+    for step, batches, samples in loader:
+        done = engine.step(batches)
+        loss = done.loss
+        progress.step, progress.tokens_seen, progress.last_loss = step + 1, progress.tokens_seen + tokens_per_step, loss
+        progress.first_loss = loss if progress.first_loss is None else progress.first_loss
+        now = time.perf_counter()
+        tokens_per_s, began = tokens_per_step / (now - began), now   # the step, its wait for data included
+        lr = engine.lr
+        metrics = {"loss": loss, "lr": lr, "grad_norm": done.grad_norm, "tokens_per_s": tokens_per_s,
+                   "tokens_seen": progress.tokens_seen}
+        lineage.write(step, samples)
+        if val_batches and (step + 1) % cfg.schedule.eval_interval == 0:
+            metrics["val_loss"] = engine.evaluate(val_batches)
+        tracking.log_step(metrics, step)
+        if (step + 1) % cfg.schedule.log_interval == 0 or step + 1 == cfg.schedule.steps:
+            log.info(meter.line(step, loss, lr, metrics["grad_norm"], tokens_per_s)
+                     + (f" | val {metrics['val_loss']:.4f}" if "val_loss" in metrics else ""))
+        final = step + 1 == cfg.schedule.steps
+        if final or (step + 1) % cfg.schedule.checkpoint_interval == 0:
+            checkpoint = folder.save_checkpoint(step + 1, state, _meta(cfg, manifest))
+        if stop_after is not None and step + 1 >= stop_after and not final:
+            log.warning("stopping after step %d as asked (--stop-after); resume with --resume", step + 1)
+            lineage.close()
+            tracking.finish([], status="KILLED")
+            return True, checkpoint
+    return False, checkpoint
 
 
 def _meta(cfg: TrainerConfig, manifest: Manifest) -> dict[str, Any]:

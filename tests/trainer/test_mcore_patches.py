@@ -1,0 +1,80 @@
+"""The megatron-core patches: each one still needed by the pinned megatron, each one correct, all removable."""
+import warnings
+
+import pytest
+import torch
+from megatron.core import parallel_state
+from megatron.core.optimizer import clip_grads
+from megatron.core.tensor_parallel import layers
+
+from conftest import tiny_config
+from trainer import mcore_patches as mp
+from trainer.backend import open_backend
+from trainer.model import build_model
+
+
+@pytest.mark.parametrize("patch", mp.OPTIMIZER_PATCHES + mp.COMPILE_PATCHES, ids=lambda p: p.name)
+def test_each_patch_is_still_needed_by_the_pinned_megatron(patch):
+    # Fails once an upgrade fixes what the patch works around: then delete the patch.
+    assert mp.still_needed(patch), f"{patch.name}: {patch.why} no longer holds; remove the patch"
+
+
+def test_row_parallel_linear_still_warns_on_every_call_without_the_patch():
+    with open_backend(tiny_config()):
+        model = build_model(tiny_config().model, vocab_size=128)
+        tokens = torch.randint(0, 128, (2, 16))
+        positions = torch.arange(16).expand(2, 16)
+        with warnings.catch_warnings(record=True) as seen:
+            warnings.simplefilter("always")
+            model(tokens, positions, None)
+        assert any("tp_group is None" in str(w.message) for w in seen)
+        with mp.applied(mp.COMPILE_PATCHES), warnings.catch_warnings(record=True) as seen:
+            warnings.simplefilter("always")
+            model(tokens, positions, None)
+        assert not any("tp_group is None" in str(w.message) for w in seen)
+
+
+def test_patched_group_lookup_returns_what_megatron_would():
+    from megatron.core.utils import get_tensor_model_parallel_group_if_none as original
+    with open_backend(tiny_config()), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert mp._tp_group_or_default(None) is original(None)
+        assert mp._tp_group_or_default(None, is_expert=True) is original(None, is_expert=True)
+        group = parallel_state.get_tensor_model_parallel_group()
+        assert mp._tp_group_or_default(group) is group
+
+
+def test_foreach_l2_norm_is_the_norm_of_all_tensors():
+    torch.manual_seed(0)
+    tensors = [torch.randn(n) for n in (3, 1000, 17)] + [torch.randn(4, 5)]
+    norm, per_tensor = mp.foreach_l2_norm(2048 * 32, torch.zeros(1, dtype=torch.int), [tensors], False)
+    expected = torch.cat([t.flatten() for t in tensors]).double().norm()
+    assert per_tensor is None and norm.shape == (1,)
+    assert abs(norm.item() - expected.item()) < 1e-4 * expected.item()
+    empty, _ = mp.foreach_l2_norm(0, torch.zeros(1, dtype=torch.int), [[]], False)
+    assert empty.item() == 0.0
+
+
+def test_foreach_scale_copies_scales_in_place_and_across_dtypes():
+    src = [torch.randn(5), torch.randn(3, 2)]
+    dst = [torch.empty(5, dtype=torch.bfloat16), torch.empty(3, 2, dtype=torch.bfloat16)]
+    mp.foreach_scale(0, None, [src, dst], 1.0)
+    assert all(torch.equal(d, s.to(torch.bfloat16)) for s, d in zip(src, dst))
+    other = [torch.empty(5), torch.empty(3, 2)]
+    mp.foreach_scale(0, None, [src, other], 0.5)
+    assert all(torch.allclose(o, s * 0.5) for s, o in zip(src, other))
+    before = [s.clone() for s in src]
+    mp.foreach_scale(0, None, [src, src], 0.25)
+    assert all(torch.allclose(s, b * 0.25) for s, b in zip(src, before))
+
+
+def test_applied_restores_every_original_even_after_an_error():
+    originals = (clip_grads.l2_norm_impl, clip_grads.multi_tensor_scale_impl,
+                 layers.get_tensor_model_parallel_group_if_none)
+    with pytest.raises(RuntimeError):
+        with mp.applied(mp.OPTIMIZER_PATCHES + mp.COMPILE_PATCHES):
+            assert clip_grads.l2_norm_impl is mp.foreach_l2_norm
+            assert layers.get_tensor_model_parallel_group_if_none is mp._tp_group_or_default
+            raise RuntimeError("boom")
+    assert (clip_grads.l2_norm_impl, clip_grads.multi_tensor_scale_impl,
+            layers.get_tensor_model_parallel_group_if_none) == originals

@@ -1,0 +1,78 @@
+"""One optimizer step on a backend: the model, its optimizer and schedule, and how a global batch
+becomes an update.  `build_engine` picks the cpu engine (here) or the cuda engine (trainer/gpu.py);
+trainer/train.py and bench/gpu_mfu.py drive either the same way.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from trainer.backend import Backend
+from trainer.config import TrainerConfig
+from trainer.data import Batch
+from trainer.model import build_model
+from trainer.optim import build_optimizer, build_scheduler
+
+
+@dataclass
+class StepResult:
+    loss: float                    # mean per-token loss over the global batch (this rank's share under dp)
+    grad_norm: float               # global gradient norm before clipping
+    seconds: dict[str, float] = field(default_factory=dict)   # forward_backward, optimizer
+
+
+def masked_loss_sum(model: torch.nn.Module, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
+    """Sum of per-token losses where loss_mask is 1, and how many tokens that was."""
+    per_token = model(batch.tokens, batch.position_ids, batch.attention_mask, labels=batch.labels)
+    return (per_token.float() * batch.loss_mask).sum(), batch.loss_mask.sum()
+
+
+class CpuEngine:
+    """fp32 on the CPU: torch AdamW, a plain accumulation loop, torch's grad clipping."""
+
+    def __init__(self, cfg: TrainerConfig, backend: Backend, vocab_size: int):
+        self.cfg, self.backend = cfg, backend
+        self.model = build_model(cfg.model, vocab_size)
+        self.gpt = self.model
+        self.optimizer = build_optimizer(self.model, cfg.optim)
+        self.scheduler = build_scheduler(self.optimizer, cfg.optim, cfg.schedule.steps)
+
+    def parts(self) -> dict[str, Any]:
+        return {"model": self.model, "optimizer": self.optimizer, "scheduler": self.scheduler}
+
+    @property
+    def lr(self) -> float:
+        return self.optimizer.param_groups[0]["lr"]
+
+    def step(self, batches: list[Batch]) -> StepResult:
+        began = time.perf_counter()
+        n_tokens = sum(b.loss_mask.sum() for b in batches)   # normalise by the whole global batch's tokens
+        self.optimizer.zero_grad(set_to_none=True)
+        loss = 0.0
+        for batch in batches:
+            loss_sum, _ = masked_loss_sum(self.model, batch)
+            (loss_sum / n_tokens).backward()
+            loss += (loss_sum / n_tokens).item()
+        backward_done = time.perf_counter()
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.optim.grad_clip or float("inf"))
+        self.scheduler.step(1)                      # lr of update `step` is the schedule at step+1 (no lr=0 update)
+        self.optimizer.step()
+        return StepResult(loss, grad_norm.item(), {"forward_backward": backward_done - began,
+                                                   "optimizer": time.perf_counter() - backward_done})
+
+    @torch.no_grad()
+    def evaluate(self, batches: list[Batch]) -> float:
+        self.model.eval()
+        sums = [masked_loss_sum(self.model, b) for b in batches]
+        self.model.train()
+        return (sum(s for s, _ in sums) / sum(n for _, n in sums)).item()
+
+
+def build_engine(cfg: TrainerConfig, backend: Backend, vocab_size: int):
+    if backend.name == "cuda":
+        from trainer.gpu import CudaEngine
+        return CudaEngine(cfg, backend, vocab_size)
+    return CpuEngine(cfg, backend, vocab_size)

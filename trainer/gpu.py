@@ -1,0 +1,165 @@
+"""The cuda engine: megatron-core's own training machinery on NVIDIA GPUs.
+
+GPTModel in bf16 (Float16Module) inside megatron's DistributedDataParallel (fp32 main gradients in
+contiguous buffers), megatron's distributed optimizer (ZeRO-1: fp32 main weights and Adam moments
+sharded over data-parallel ranks), and megatron's forward-backward schedule, which accumulates
+micro-batches and finalises gradients (reduce-scatter over dp) once per step.
+
+What makes it fast without Transformer Engine or Apex (each lever measured by bench/gpu_mfu.py):
+- SDPA core attention (trainer/attention.py): flash/cuDNN kernels instead of an s×s score tensor;
+- torch's fused AdamW kernel inside the distributed optimizer (megatron builds a plain torch AdamW
+  when TE/Apex are absent), and multi-tensor norm and scale (trainer/mcore_patches.py) instead of a
+  host sync per gradient tensor;
+- torch.compile of each transformer layer (norms, activation, residual adds, RoPE fused);
+- batches prepared and pinned ahead by trainer/loader.py.
+"""
+from __future__ import annotations
+
+import time
+from functools import partial
+from typing import Any
+
+import torch
+from megatron.core.distributed import DistributedDataParallel, DistributedDataParallelConfig, finalize_model_grads
+from megatron.core.optimizer import OptimizerConfig, get_megatron_optimizer
+from megatron.core.pipeline_parallel import get_forward_backward_func
+from megatron.core.transformer.module import Float16Module
+
+from trainer.backend import Backend
+from trainer.config import TrainerConfig
+from trainer.data import Batch
+from trainer.engine import StepResult
+from trainer.model import build_model
+from trainer.optim import build_scheduler
+
+
+def _loss(batch: Batch, per_token: torch.Tensor):
+    """megatron's three-value loss contract: (sum to backpropagate, tokens it covers, what to report)."""
+    loss_sum = (per_token.float() * batch.loss_mask).sum()
+    n = batch.loss_mask.sum()
+    return loss_sum, n.to(torch.int), {"lm loss": torch.stack([loss_sum.detach(), n.detach()])}
+
+
+def _forward_step(data_iterator, model):
+    batch: Batch = next(data_iterator)
+    per_token = model(batch.tokens, batch.position_ids, batch.attention_mask, labels=batch.labels)
+    return per_token, partial(_loss, batch)
+
+
+def use_fused_adamw(optimizer) -> int:
+    """Switch the torch AdamW inside each of megatron's optimizers to torch's fused CUDA kernel.
+
+    megatron-core builds `torch.optim.AdamW(params, ...)` when neither TE nor Apex is installed, which
+    runs as foreach kernels launched from Python; `fused=True` is one kernel per dtype/device group.
+    The flag is read at every step, so setting it on the groups before the first step is enough.
+    Returns how many param groups now run fused.
+    """
+    count = 0
+    for inner in _inner_optimizers(optimizer):
+        if not isinstance(inner, torch.optim.AdamW):
+            raise TypeError(f"expected megatron to wrap torch.optim.AdamW, found {type(inner).__name__}")
+        inner.defaults.update(fused=True, foreach=False)
+        for group in inner.param_groups:
+            group.update(fused=True, foreach=False)
+            count += 1
+    return count
+
+
+def _megatron_optimizers(optimizer) -> list:
+    return list(getattr(optimizer, "chained_optimizers", [optimizer]))
+
+
+def _inner_optimizers(optimizer) -> list[torch.optim.Optimizer]:
+    return [opt.optimizer for opt in _megatron_optimizers(optimizer)]
+
+
+class DistributedOptimizerState:
+    """Checkpoint part for megatron's distributed optimizer: its common state (param groups, step)
+    and the parameter state (fp32 main weights, Adam moments) gathered on data-parallel rank 0."""
+
+    def __init__(self, optimizer):
+        self.optimizer = optimizer
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"common": self.optimizer.state_dict(),
+                "params": [opt.get_parameter_state_dp_zero() for opt in _megatron_optimizers(self.optimizer)]}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.optimizer.load_state_dict(state["common"])
+        for opt, params in zip(_megatron_optimizers(self.optimizer), state["params"]):
+            inner = opt.optimizer
+            # megatron 0.16.1 with torch's AdamW: load_state_dict gives every parameter one shared `step`
+            # tensor, and load_parameter_state_from_dp_zero then copies every state key, `step` included,
+            # from a file that never holds it (KeyError). Set the steps aside, load, and give each its own.
+            steps = {p: s.pop("step") for p, s in inner.state.items() if "step" in s}
+            opt.load_parameter_state_from_dp_zero(params)
+            for p, step in steps.items():
+                inner.state[p]["step"] = step.clone()
+
+
+class CudaEngine:
+    def __init__(self, cfg: TrainerConfig, backend: Backend, vocab_size: int):
+        self.cfg, self.backend = cfg, backend
+        bf16 = cfg.cuda.precision == "bf16"
+        gpt = build_model(cfg.model, vocab_size, cfg.cuda).cuda(backend.device)
+        self.gpt = gpt
+        if cfg.cuda.compile:
+            for layer in gpt.decoder.layers:
+                layer.compile()   # in place: parameter names and state_dict keys stay those of megatron
+        wrapped = Float16Module(gpt.config, gpt) if bf16 else gpt
+        ddp_config = DistributedDataParallelConfig(
+            grad_reduce_in_fp32=True, use_distributed_optimizer=True,
+            overlap_grad_reduce=cfg.cuda.overlap_grad_reduce and backend.dims.dp > 1)
+        self.model = DistributedDataParallel(config=gpt.config, ddp_config=ddp_config, module=wrapped)
+        o = cfg.optim
+        self.optimizer = get_megatron_optimizer(
+            OptimizerConfig(optimizer="adam", lr=o.lr, min_lr=o.min_lr, weight_decay=o.weight_decay,
+                            adam_beta1=o.beta1, adam_beta2=o.beta2, adam_eps=o.eps, clip_grad=o.grad_clip,
+                            bf16=bf16, params_dtype=gpt.config.params_dtype, use_distributed_optimizer=True),
+            [self.model])
+        if cfg.cuda.fused_optimizer:
+            use_fused_adamw(self.optimizer)
+        self.scheduler = build_scheduler(self.optimizer, o, cfg.schedule.steps)
+        config = gpt.config
+        config.no_sync_func = self.model.no_sync
+        config.finalize_model_grads_func = finalize_model_grads
+        config.grad_scale_func = self.optimizer.scale_loss
+        self.forward_backward = get_forward_backward_func()
+
+    def parts(self) -> dict[str, Any]:
+        return {"model": self.model, "optimizer": DistributedOptimizerState(self.optimizer),
+                "scheduler": self.scheduler}
+
+    @property
+    def lr(self) -> float:
+        return self.optimizer.param_groups[0]["lr"]
+
+    def _run(self, batches: list[Batch], forward_only: bool) -> float:
+        reports = self.forward_backward(
+            forward_step_func=_forward_step, data_iterator=iter(batches), model=self.model,
+            num_microbatches=len(batches), seq_length=self.cfg.model.seq_length,
+            micro_batch_size=self.cfg.batch.micro_batch_size, decoder_seq_length=self.cfg.model.seq_length,
+            forward_only=forward_only)
+        total = torch.stack([r["lm loss"] for r in reports]).sum(0)
+        return (total[0] / total[1]).item()
+
+    def step(self, batches: list[Batch]) -> StepResult:
+        began = time.perf_counter()
+        self.model.zero_grad_buffer()
+        self.optimizer.zero_grad()
+        loss = self._run(batches, forward_only=False)     # .item() waits for the backward pass
+        backward_done = time.perf_counter()
+        self.scheduler.step(1)                             # the same lr convention as the cpu engine
+        _, grad_norm, _ = self.optimizer.step()
+        torch.cuda.synchronize()
+        return StepResult(loss, float("nan") if grad_norm is None else float(grad_norm),
+                          {"forward_backward": backward_done - began,
+                           "optimizer": time.perf_counter() - backward_done})
+
+    @torch.no_grad()
+    def evaluate(self, batches: list[Batch]) -> float:
+        self.model.eval()
+        try:
+            return self._run(batches, forward_only=True)
+        finally:
+            self.model.train()

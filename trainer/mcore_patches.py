@@ -1,0 +1,124 @@
+"""The megatron-core (0.16.1) patches the trainer needs without Transformer Engine or Apex, each one
+named, applied for the length of a context and removed after it.
+
+Each patch replaces one module attribute; `Patch.needed()` says whether the installed megatron
+still has the behaviour it works around, and the tests assert it does, so the test fails when an
+upgrade makes a patch unnecessary.
+"""
+from __future__ import annotations
+
+import contextlib
+import importlib
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator
+
+import torch
+
+
+@dataclass(frozen=True)
+class Patch:
+    name: str
+    module: str          # dotted module path
+    attribute: str       # attribute replaced on that module (a function, or "Class.method")
+    replacement: Callable[..., Any]
+    why: str
+
+    def _owner_and_name(self) -> tuple[Any, str]:
+        owner: Any = importlib.import_module(self.module)
+        *path, name = self.attribute.split(".")
+        for part in path:
+            owner = getattr(owner, part)
+        return owner, name
+
+    def current(self) -> Any:
+        owner, name = self._owner_and_name()
+        return getattr(owner, name)
+
+
+@contextlib.contextmanager
+def applied(patches: tuple[Patch, ...]) -> Iterator[None]:
+    """Install the patches, restore every original on exit (also after an error)."""
+    saved: list[tuple[Any, str, Any]] = []
+    try:
+        for patch in patches:
+            owner, name = patch._owner_and_name()
+            saved.append((owner, name, owner.__dict__[name]))
+            setattr(owner, name, patch.replacement)
+        yield
+    finally:
+        for owner, name, original in reversed(saved):
+            setattr(owner, name, original)
+
+
+# --- the replacements ---------------------------------------------------------------------------
+
+def foreach_l2_norm(chunk_size, noop_flag, tensor_lists, per_tensor, *args):
+    """amp_C.multi_tensor_l2norm's contract with torch's multi-tensor kernels: (norm as a 1-element tensor, None)."""
+    tensors = tensor_lists[0]
+    if not tensors:
+        return torch.zeros(1, dtype=torch.float32, device=noop_flag.device), None
+    norms = torch._foreach_norm(tensors, 2.0)
+    return torch.linalg.vector_norm(torch.stack(norms).float()).reshape(1), None
+
+
+def foreach_scale(chunk_size, noop_flag, tensor_lists, scale):
+    """amp_C.multi_tensor_scale's contract (dst = src * scale) in one or two multi-tensor kernels."""
+    src, dst = tensor_lists
+    if scale == 1.0:
+        torch._foreach_copy_(dst, src)
+    elif all(a is b for a, b in zip(src, dst)):
+        torch._foreach_mul_(dst, scale)
+    else:
+        torch._foreach_copy_(dst, torch._foreach_mul(src, scale))
+
+
+def _tp_group_or_default(tp_group, is_expert=False, check_initialized=True):
+    """megatron.core.utils.get_tensor_model_parallel_group_if_none, less its per-call warning."""
+    from megatron.core import parallel_state
+    if not torch.distributed.is_initialized():
+        return None
+    if tp_group is not None or not parallel_state.is_initialized():
+        return tp_group
+    if is_expert:
+        return parallel_state.get_expert_tensor_parallel_group(check_initialized=check_initialized)
+    return parallel_state.get_tensor_model_parallel_group(check_initialized=check_initialized)
+
+
+# megatron's local fallbacks for Apex's multi-tensor kernels: the l2 norm calls torch.norm once per tensor
+# and then torch.tensor() on the list, a host-device sync per parameter (≈300 at 1 B) every step, and the
+# scale is a Python loop of copies.
+FOREACH_L2_NORM = Patch(
+    "foreach_l2_norm", "megatron.core.optimizer.clip_grads", "l2_norm_impl", foreach_l2_norm,
+    "megatron's local multi_tensor_l2norm syncs the host once per gradient tensor")
+FOREACH_SCALE_CLIP = Patch(
+    "foreach_scale_clip", "megatron.core.optimizer.clip_grads", "multi_tensor_scale_impl", foreach_scale,
+    "megatron's local multi_tensor_scale is a Python loop of per-tensor copies")
+FOREACH_SCALE_COPY = Patch(
+    "foreach_scale_copy", "megatron.core.optimizer.optimizer", "multi_tensor_scale_impl", foreach_scale,
+    "megatron's local multi_tensor_scale is a Python loop of per-tensor copies")
+# RowParallelLinear.forward calls linear_with_grad_accumulation_and_async_allreduce with tp_group=None,
+# which then warns (DeprecationWarning) on every call; torch.compile cannot trace warnings.warn with
+# keyword arguments, so every transformer layer broke into several graphs.
+ROW_PARALLEL_TP_GROUP = Patch(
+    "row_parallel_tp_group", "megatron.core.tensor_parallel.layers", "get_tensor_model_parallel_group_if_none",
+    _tp_group_or_default,
+    "RowParallelLinear passes no tp_group and megatron warns on every call, a torch.compile graph break")
+
+OPTIMIZER_PATCHES = (FOREACH_L2_NORM, FOREACH_SCALE_CLIP, FOREACH_SCALE_COPY)
+COMPILE_PATCHES = (ROW_PARALLEL_TP_GROUP,)
+
+
+def still_needed(patch: Patch) -> bool:
+    """Whether the installed megatron-core still has the behaviour `patch` works around."""
+    from megatron.core import utils as mcore_utils
+    if patch in OPTIMIZER_PATCHES:
+        name = "local_multi_tensor_l2_norm" if patch is FOREACH_L2_NORM else "local_multi_tensor_scale"
+        return patch.current() is getattr(mcore_utils, name, object())
+    if patch is ROW_PARALLEL_TP_GROUP:
+        import inspect
+        from megatron.core.tensor_parallel import layers
+        source = inspect.getsource(layers.RowParallelLinear.forward)
+        call = source[source.index("self._forward_impl("):]
+        call = call[:call.index(")\n")]
+        return "tp_group=None" in call or "tp_group=" not in call
+    raise KeyError(patch.name)
