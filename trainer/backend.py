@@ -44,7 +44,7 @@ def open_backend(cfg: TrainerConfig) -> Iterator[Backend]:
         return
     if cfg.backend != "cpu":
         raise ConfigError(f"unknown backend {cfg.backend!r}; known: cpu, cuda")
-    from trainer.cpu import apply_cpu_patches, seed_cpu_rng_tracker
+    from trainer.cpu import cpu_rng_tracker
 
     owns_group = not dist.is_initialized()
     if owns_group:
@@ -57,11 +57,10 @@ def open_backend(cfg: TrainerConfig) -> Iterator[Backend]:
         parallel_state.initialize_model_parallel(tensor_model_parallel_size=dims.tp,
                                                  pipeline_model_parallel_size=dims.pp,
                                                  context_parallel_size=dims.cp)
-        apply_cpu_patches()
         torch.manual_seed(cfg.seed)
-        seed_cpu_rng_tracker(cfg.seed)
-        yield Backend(name="cpu", device=torch.device("cpu"), dims=dims, rank=dist.get_rank(),
-                      dp_rank=parallel_state.get_data_parallel_rank())
+        with mcore_patches.applied(mcore_patches.CPU_PATCHES), cpu_rng_tracker(cfg.seed):
+            yield Backend(name="cpu", device=torch.device("cpu"), dims=dims, rank=dist.get_rank(),
+                          dp_rank=parallel_state.get_data_parallel_rank())
     finally:
         parallel_state.destroy_model_parallel()
         if owns_group:

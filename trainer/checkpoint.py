@@ -6,6 +6,7 @@ to a temporary name and renamed, so a run killed mid-save never leaves a half ch
 """
 from __future__ import annotations
 
+import hashlib
 import os
 import random
 import re
@@ -64,24 +65,68 @@ def latest_checkpoint(folder: Path) -> Path | None:
     return found[-1] if found else None
 
 
+def checksum_path(checkpoint: Path) -> Path:
+    """The sidecar holding a checkpoint's sha256 (torch's zip format checks no CRC on load: a flipped byte
+    inside a tensor loads silently)."""
+    return checkpoint.with_name(checkpoint.name + ".sha256")
+
+
+def file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 24), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _write_durably(path: Path, write) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "wb") as f:
+        write(f)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)       # atomic on POSIX: readers see the old set or the new file, never half of it
+
+
 def save_checkpoint(folder: Path, step: int, parts: dict[str, Stateful], meta: dict[str, Any],
                     keep: int | None) -> Path:
-    """Write `step-<step>.pt` atomically; then delete all but the newest `keep` (None: delete nothing)."""
+    """Write `step-<step>.pt` and its sha256 sidecar, fsynced, the checkpoint made visible last; then delete
+    all but the newest `keep` (None: delete nothing)."""
     folder.mkdir(parents=True, exist_ok=True)
     target = checkpoint_path(folder, step)
     payload = {name: part.state_dict() for name, part in parts.items()} | {"meta": meta}
-    tmp = target.with_name(target.name + ".tmp")
-    torch.save(payload, tmp)
-    os.replace(tmp, target)     # atomic on POSIX: readers see the old set or the new file, never half of it
+    staged = target.with_name(target.name + ".partial")
+    _write_durably(staged, lambda f: torch.save(payload, f))
+    digest = file_sha256(staged)
+    _write_durably(checksum_path(target), lambda f: f.write(f"{digest}  {target.name}\n".encode()))
+    os.replace(staged, target)
+    directory = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(directory)     # the renames themselves survive a power cut
+    finally:
+        os.close(directory)
     for old in list_checkpoints(folder)[:-keep] if keep is not None else ():
         old.unlink()
+        checksum_path(old).unlink(missing_ok=True)
     return target
 
 
-def read_checkpoint(path: Path) -> dict[str, Any]:
-    """The checkpoint's payload: one state dict per part, plus `meta` (config, manifest sha)."""
-    # weights_only=False: the file holds numpy/python RNG states, and we wrote it ourselves.
-    return torch.load(path, map_location="cpu", weights_only=False)
+def read_checkpoint(path: Path, checksum: Path | None = None) -> dict[str, Any]:
+    """The checkpoint's payload (one state dict per part, plus `meta`), verified against its sha256 sidecar
+    when there is one; CheckpointError when the file is damaged or unreadable."""
+    checksum = checksum or checksum_path(path)
+    if checksum.exists():
+        expected = checksum.read_text().split()[0] if checksum.read_text().strip() else ""
+        actual = file_sha256(path)
+        if actual != expected:
+            raise CheckpointError(f"{path}: sha256 {actual[:12]}… is not the {expected[:12] or 'empty'}… its "
+                                  f"{checksum.name} records: the file is damaged")
+    try:
+        # weights_only=False: the file holds numpy/python RNG states, and we wrote it ourselves.
+        return torch.load(path, map_location="cpu", weights_only=False)
+    except Exception as exc:  # noqa: BLE001  (torch raises RuntimeError, EOFError, UnpicklingError...: all mean unreadable)
+        raise CheckpointError(f"{path} cannot be read ({type(exc).__name__}: {str(exc)[:200]}); it is truncated "
+                              "or damaged") from exc
 
 
 def restore(path: Path, payload: dict[str, Any], parts: dict[str, Stateful]) -> None:

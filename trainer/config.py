@@ -102,6 +102,18 @@ class TrainerConfig:
 
     def __post_init__(self) -> None:
         m, b, s = self.model, self.batch, self.schedule
+        for section, names in (("model", ("num_layers", "hidden_size", "num_attention_heads", "ffn_hidden_size",
+                                          "seq_length", "vocab_multiple")),
+                               ("batch", ("micro_batch_size", "global_batch_size"))):
+            for name in names:
+                value = getattr(getattr(self, section), name)
+                if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                    raise ConfigError(f"{section}.{name} must be a positive integer, got {value!r}")
+        if not 0.0 <= m.dropout < 1.0:
+            raise ConfigError(f"model.dropout must be in [0, 1), got {m.dropout}")
+        if self.optim.lr <= 0 or self.optim.min_lr < 0 or self.optim.min_lr > self.optim.lr:
+            raise ConfigError(f"optim.lr must be > 0 and 0 <= optim.min_lr <= optim.lr, got lr={self.optim.lr} "
+                              f"min_lr={self.optim.min_lr}")
         if m.hidden_size % m.num_attention_heads:
             raise ConfigError(f"model.hidden_size {m.hidden_size} is not divisible by "
                               f"model.num_attention_heads {m.num_attention_heads}")

@@ -61,21 +61,18 @@ class ManifestTokenizer(MegatronLegacyTokenizer):
     # real token (SentencePiece's <unk>); without it GPTDataset pads with -1, which never occurs in shards.
 
 
-class LineageGPTDataset(GPTDataset):
-    """GPTDataset that also returns the sequence indices (documents) each sample's tokens came from.
+def sample_documents(dataset: GPTDataset, sample: int) -> list[int]:
+    """The sequence indices (documents of the shard) that one sample of `dataset` takes tokens from.
 
-    megatron computes them in `_query_document_sample_shuffle_indices` and drops them in `__getitem__`.
+    Read from the dataset's own index arrays, the ones megatron builds and caches for this purpose:
+    shuffle_index maps the sample to its row of sample_index, whose [begin, end] pair of
+    (document_index position, offset) bounds the sample; document_index names the documents between.
     """
-
-    def _query_document_sample_shuffle_indices(self, idx):
-        tokens, document_ids = super()._query_document_sample_shuffle_indices(idx)
-        self._last_document_ids = document_ids
-        return tokens, document_ids
-
-    def __getitem__(self, idx):
-        sample = super().__getitem__(idx)
-        sample["document_ids"] = torch.from_numpy(self._last_document_ids)
-        return sample
+    if dataset.shuffle_index is None:   # megatron maps its index arrays lazily (defer_npy_index_mmap)
+        dataset[0]
+    row = int(dataset.shuffle_index[sample])
+    begin, end = int(dataset.sample_index[row][0]), int(dataset.sample_index[row + 1][0])
+    return [int(i) for i in dataset.document_index[begin:end + 1]]
 
 
 @dataclass
@@ -94,6 +91,9 @@ class Datasets:
     doc_ids: list[list[str]]       # per shard (= blended dataset id): doc_id of each sequence
     shard_names: list[str]
     seed: int
+
+    def shard_dataset(self, shard_id: int) -> GPTDataset:
+        return self.train.datasets[shard_id] if isinstance(self.train, BlendedDataset) else self.train
 
     def locate(self, epoch_sample: int) -> tuple[int, int]:
         """(shard id, that shard's sample number) of one sample of the one-epoch training dataset."""
@@ -131,12 +131,12 @@ def dataset_config(cfg: TrainerConfig, manifest: Manifest, cache_dir: Path) -> G
 
 
 def build_datasets(cfg: TrainerConfig, manifest: Manifest, cache_dir: Path) -> Datasets:
-    """One LineageGPTDataset per shard, one epoch of each split blended by megatron's builder."""
+    """One GPTDataset per shard, one epoch of each split blended by megatron's builder."""
     evaluate = cfg.schedule.eval_interval > 0
     _check_valid_split(cfg, manifest, evaluate)
     gpt_config = dataset_config(cfg, manifest, cache_dir)
     train, valid, _ = BlendedMegatronDatasetBuilder(
-        LineageGPTDataset, [None, None, None], lambda: True, gpt_config).build()
+        GPTDataset, [None, None, None], lambda: True, gpt_config).build()
     if train is None or len(train) == 0:
         raise ManifestError(f"the shards hold no training sample of {cfg.model.seq_length} tokens "
                             f"({manifest.total_tokens} tokens in all); export more documents or lower model.seq_length")
@@ -169,18 +169,17 @@ def rank_slice(indices: list[int], dp_rank: int, dp: int) -> list[int]:
 
 
 def collate(samples: list[dict[str, Any]]) -> Batch:
-    # Hand-stacked rather than torch's default_collate: samples carry ragged document_ids for lineage.
     stack = lambda key: torch.stack([s[key] for s in samples])
     mask = stack("attention_mask") if "attention_mask" in samples[0] else None
     return Batch(tokens=stack("tokens"), labels=stack("labels"), loss_mask=stack("loss_mask").float(),
                  position_ids=stack("position_ids"), attention_mask=mask)
 
 
-def lineage_record(datasets: Datasets, index: int, sample: dict[str, Any]) -> dict[str, Any]:
+def lineage_record(datasets: Datasets, index: int) -> dict[str, Any]:
     """Where run sample `index` came from: epoch, shard, the shard's sample number, sequences and doc_ids."""
     epoch, epoch_sample = datasets.draw(index)
     shard_id, shard_sample = datasets.locate(epoch_sample)
-    sequences = [int(i) for i in sample["document_ids"]]
+    sequences = sample_documents(datasets.shard_dataset(shard_id), shard_sample)
     return {"index": index, "epoch": epoch, "epoch_sample": epoch_sample, "shard": datasets.shard_names[shard_id],
             "shard_sample": shard_sample, "sequences": sequences,
             "doc_ids": [datasets.doc_ids[shard_id][i] for i in sequences]}
@@ -191,7 +190,7 @@ def micro_batches(cfg: TrainerConfig, datasets: Datasets, step: int, dp_rank: in
     """The micro-batches this rank runs at `step`, and the lineage of each sample in them."""
     indices = rank_slice(global_batch_indices(step, cfg.batch.global_batch_size), dp_rank, dp)
     samples = [datasets.train[datasets.draw(i)[1]] for i in indices]
-    lineage = [lineage_record(datasets, i, s) for i, s in zip(indices, samples)]
+    lineage = [lineage_record(datasets, i) for i in indices]
     mb = cfg.batch.micro_batch_size
     return [collate(samples[i:i + mb]) for i in range(0, len(samples), mb)], lineage
 

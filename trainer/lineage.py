@@ -6,8 +6,26 @@ took; a resume first drops the lines of steps the checkpoint does not include.
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable, Iterator
+
+log = logging.getLogger(__name__)
+
+
+def parse_lines(lines: Iterable[str], where: str) -> Iterator[dict[str, Any]]:
+    """The step records of a lineage file; a line a killed run left half-written is skipped with a warning."""
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+            int(record["step"])
+        except (ValueError, KeyError, TypeError) as exc:
+            log.warning("%s line %d is not a whole step record (%s: %s); skipped (a run killed mid-write "
+                        "leaves one)", where, number, type(exc).__name__, exc)
+            continue
+        yield record
 
 
 class LineageWriter:
@@ -15,7 +33,8 @@ class LineageWriter:
         path.parent.mkdir(parents=True, exist_ok=True)
         kept = []
         if keep_before > 0 and path.exists():
-            kept = [line for line in path.read_text().splitlines() if json.loads(line)["step"] < keep_before]
+            kept = [json.dumps(r) for r in parse_lines(path.read_text().splitlines(), str(path))
+                    if r["step"] < keep_before]
         path.write_text("".join(line + "\n" for line in kept))
         self._handle = open(path, "a")
 

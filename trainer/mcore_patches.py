@@ -8,7 +8,10 @@ upgrade makes a patch unnecessary.
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib
+import inspect
+import operator
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
@@ -84,6 +87,43 @@ def _tp_group_or_default(tp_group, is_expert=False, check_initialized=True):
     return parallel_state.get_tensor_model_parallel_group(check_initialized=check_initialized)
 
 
+def cpu_get_tensor(self, tensor_shape, dtype, name, mem_alloc_context=None):
+    """GlobalMemoryBuffer.get_tensor's caching, on the CPU."""
+    required = functools.reduce(operator.mul, tensor_shape, 1)
+    buffer = self.buffer.get((name, dtype))
+    if buffer is None or buffer.numel() < required:
+        buffer = self.buffer[(name, dtype)] = torch.empty(required, dtype=dtype, device="cpu")
+    return buffer[:required].view(*tensor_shape)
+
+
+def cpu_default_causal_mask(sq: int) -> torch.Tensor:
+    """fused_softmax.get_default_causal_mask's upper-triangular mask, on the CPU."""
+    return torch.triu(torch.ones(sq, sq, dtype=torch.bool), diagonal=1)
+
+
+def cpu_rope_get_emb(self, max_seq_len: int, offset: int = 0) -> torch.Tensor:
+    """RotaryEmbedding.get_emb (non-interleaved and interleaved) with inv_freq left on its device."""
+    freqs = self.get_freqs_non_repeated(max_seq_len, offset)
+    if not self.rotary_interleaved:
+        emb = torch.cat((freqs, freqs), dim=-1)
+    else:
+        emb = torch.stack((freqs.view(-1, 1), freqs.view(-1, 1)), dim=-1).view(freqs.shape[0], -1)
+    return emb[:, None, None, :]
+
+
+# The cpu backend's: megatron-core assumes CUDA where the forward and backward pass touch even at tp=pp=1
+# (upstream is removing these: NVIDIA/Megatron-LM PR #6270).
+CPU_SCRATCH_BUFFER = Patch(
+    "cpu_scratch_buffer", "megatron.core.utils", "GlobalMemoryBuffer.get_tensor", cpu_get_tensor,
+    "GlobalMemoryBuffer allocates the linear layers' scratch space on torch.cuda.current_device()")
+CPU_CAUSAL_MASK = Patch(
+    "cpu_causal_mask", "megatron.core.fusions.fused_softmax", "get_default_causal_mask", cpu_default_causal_mask,
+    "the unfused softmax builds its default causal mask with device='cuda'")
+CPU_ROPE = Patch(
+    "cpu_rope", "megatron.core.models.common.embeddings.rotary_pos_embedding", "RotaryEmbedding.get_emb",
+    cpu_rope_get_emb, "RotaryEmbedding.get_emb moves inv_freq to torch.cuda.current_device()")
+CPU_PATCHES = (CPU_SCRATCH_BUFFER, CPU_CAUSAL_MASK, CPU_ROPE)
+
 # megatron's local fallbacks for Apex's multi-tensor kernels: the l2 norm calls torch.norm once per tensor
 # and then torch.tensor() on the list, a host-device sync per parameter (≈300 at 1 B) every step, and the
 # scale is a Python loop of copies.
@@ -115,10 +155,12 @@ def still_needed(patch: Patch) -> bool:
         name = "local_multi_tensor_l2_norm" if patch is FOREACH_L2_NORM else "local_multi_tensor_scale"
         return patch.current() is getattr(mcore_utils, name, object())
     if patch is ROW_PARALLEL_TP_GROUP:
-        import inspect
         from megatron.core.tensor_parallel import layers
         source = inspect.getsource(layers.RowParallelLinear.forward)
         call = source[source.index("self._forward_impl("):]
         call = call[:call.index(")\n")]
         return "tp_group=None" in call or "tp_group=" not in call
+    if patch in CPU_PATCHES:
+        source = inspect.getsource(patch.current())
+        return "torch.cuda.current_device()" in source or 'device="cuda"' in source
     raise KeyError(patch.name)

@@ -25,6 +25,7 @@ from conf import ConfigError, split_paths_overrides
 from conf.paths import is_uri, load_paths
 from trainer.checkpoint import CheckpointError, read_checkpoint
 from trainer.input_cache import open_manifest
+from trainer.lineage import parse_lines
 from trainer.manifest import ManifestError, load_manifest
 
 
@@ -65,8 +66,7 @@ def documents_seen(checkpoint: str | Path, lineage: str | Path | None = None,
     samples, first = Counter(), {}
     covered = set()
     with storage.open_file(lineage, "rb") as raw, io.TextIOWrapper(raw, encoding="utf-8") as handle:
-        for line in handle:
-            batch = json.loads(line)
+        for batch in parse_lines(handle, lineage):
             if batch["step"] >= steps:
                 continue
             covered.add(batch["step"])

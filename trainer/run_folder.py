@@ -27,7 +27,8 @@ from typing import Any
 import storage
 from storage import is_uri, join
 from storage.upload import Uploader, recover
-from trainer.checkpoint import CHECKPOINT_NAME, CheckpointError, list_checkpoints, save_checkpoint
+from trainer.checkpoint import CHECKPOINT_NAME, CheckpointError, checksum_path, list_checkpoints, save_checkpoint
+from trainer.lineage import parse_lines
 
 log = logging.getLogger("trainer.run_folder")
 
@@ -111,6 +112,7 @@ class RunFolder:
         # Staged copies leave only by upload; the store keeps the newest `keep` (pruned as uploads land).
         path = save_checkpoint(self.files.checkpoints, step, parts, meta, keep=None)
         destination = self.location(f"checkpoints/{path.name}")
+        self.uploader.submit(checksum_path(path), destination + ".sha256")
         self.uploader.submit(path, destination)
         self.publish(LINEAGE, wait_s=None)
         return destination
@@ -123,6 +125,7 @@ class RunFolder:
         target = self.files.out / "downloads" / name
         target.parent.mkdir(parents=True, exist_ok=True)
         target.unlink(missing_ok=True)
+        self._fetch_checksum(checkpoint, checksum_path(target))
         staged = self.files.checkpoints / name
         try:   # a hard link (else a copy): the uploader deletes the staged file as soon as the store holds it
             try:
@@ -143,6 +146,18 @@ class RunFolder:
         log.info("downloaded %s (%.1f MiB) in %.1f s", checkpoint, target.stat().st_size / 2**20,
                  time.perf_counter() - began)
         return target, True
+
+    def _fetch_checksum(self, checkpoint: str, target: Path) -> None:
+        """The checkpoint's sha256 sidecar beside its local copy, from staging or the store, if it has one."""
+        target.unlink(missing_ok=True)
+        staged = checksum_path(self.files.checkpoints / checkpoint.rsplit("/", 1)[-1])
+        try:
+            if staged.exists():
+                shutil.copyfile(staged, target)
+            elif storage.exists(checkpoint + ".sha256"):
+                storage.get_file(checkpoint + ".sha256", target)
+        except Exception as exc:  # noqa: BLE001  (without it the checkpoint is still read; torch.load checks its structure)
+            log.warning("could not read the checksum of %s (%s: %s)", checkpoint, type(exc).__name__, exc)
 
     def _stored_checkpoints(self) -> list[str]:
         folder = join(self.home, "checkpoints")
@@ -166,6 +181,9 @@ class RunFolder:
                 for name in stored:
                     if name not in keep:
                         storage.remove(join(self.home, "checkpoints", name))
+                        sidecar = join(self.home, "checkpoints", name + ".sha256")
+                        if storage.exists(sidecar):
+                            storage.remove(sidecar)
             except Exception as exc:  # noqa: BLE001  (pruning is housekeeping: the next upload prunes again)
                 log.warning("could not prune old checkpoints under %s (%s: %s); the next upload tries again",
                             self.home, type(exc).__name__, exc)
@@ -232,7 +250,7 @@ class RunFolder:
     # -- start and end ---------------------------------------------------------------------------------------
     def _recover(self) -> None:
         """Send what an earlier process left in staging: checkpoints, and the newest lineage/result."""
-        sent = recover(self.uploader, self.files.checkpoints, join(self.home, "checkpoints"), (".pt",))
+        sent = recover(self.uploader, self.files.checkpoints, join(self.home, "checkpoints"), (".pt", ".pt.sha256"))
         for relative in (LINEAGE, RESULT):
             if not (self.outbox / relative).is_file():
                 continue
@@ -275,7 +293,8 @@ class RunFolder:
 
     def left_in_staging(self) -> list[str]:
         """Staged files the store does not hold yet, relative to the staging folder."""
-        found = list(self.files.checkpoints.glob("step-*.pt")) + list(self.outbox.rglob("*"))
+        found = (list(self.files.checkpoints.glob("step-*.pt")) + list(self.files.checkpoints.glob("step-*.pt.sha256"))
+                 + list(self.outbox.rglob("*")))
         return sorted(str(p.relative_to(self.files.out)) for p in found
                       if p.is_file() and not p.name.startswith("."))
 
@@ -284,5 +303,4 @@ def _steps_below(lineage: Path, before_step: int) -> int:
     if not lineage.is_file():
         return 0
     with open(lineage) as handle:
-        return len({step for step in (json.loads(line)["step"] for line in handle if line.strip())
-                    if step < before_step})
+        return len({r["step"] for r in parse_lines(handle, str(lineage)) if r["step"] < before_step})

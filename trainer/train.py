@@ -23,7 +23,7 @@ from conf import ConfigError, as_dict, flatten, split_paths_overrides
 from conf.paths import Paths, join, load_paths
 from trainer import tracking
 from trainer.backend import open_backend
-from trainer.checkpoint import CheckpointError, RNGState, read_checkpoint, restore
+from trainer.checkpoint import CheckpointError, RNGState, checksum_path, read_checkpoint, restore
 from trainer.config import TrainerConfig, load_trainer_config
 from trainer.data import build_datasets, eval_batches
 from trainer.engine import build_engine
@@ -31,7 +31,8 @@ from trainer.input_cache import open_manifest
 from trainer.lineage import LineageWriter
 from trainer.manifest import Manifest, ManifestError
 from trainer.loader import StepLoader, to_device
-from trainer.model import count_parameters, padded_vocab_size
+from trainer.flops import bf16_peak, flops_per_token, mfu
+from trainer.model import count_parameters, padded_vocab_size, transformer_parameters
 from trainer.progress import Meter, Progress
 from trainer.run_folder import RunFolder
 
@@ -91,6 +92,14 @@ def _train(cfg: TrainerConfig, paths: Paths, manifest: Manifest, folder: RunFold
         try:
             stopped, checkpoint = _loop(cfg, manifest, folder, engine, loader, lineage, val_batches, meter, progress,
                                         state, checkpoint, stop_after)
+        except BaseException as exc:
+            # The lineage keeps every finished step; MLflow says the run did not finish (KILLED on Ctrl-C/SIGTERM).
+            lineage.close()
+            status = "KILLED" if isinstance(exc, (KeyboardInterrupt, SystemExit)) else "FAILED"
+            log.error("training stopped at step %d: %s: %s (MLflow run %s marked %s; --resume continues from "
+                      "the last checkpoint)", progress.step, type(exc).__name__, exc, progress.run_id, status)
+            tracking.finish([], status=status)
+            raise
         finally:
             loader.close()
         if stopped:
@@ -113,6 +122,7 @@ def _loop(cfg: TrainerConfig, manifest: Manifest, folder: RunFolder, engine, loa
           checkpoint: str | None, stop_after: int | None) -> tuple[bool, str | None]:
     """The steps left in the run; (stopped by --stop-after, the newest checkpoint)."""
     tokens_per_step = cfg.batch.global_batch_size * cfg.model.seq_length
+    throughput = Throughput(cfg, engine)
     began = time.perf_counter()
     for step, batches, samples in loader:
         done = engine.step(batches)
@@ -123,7 +133,7 @@ def _loop(cfg: TrainerConfig, manifest: Manifest, folder: RunFolder, engine, loa
         tokens_per_s, began = tokens_per_step / (now - began), now   # the step, its wait for data included
         lr = engine.lr
         metrics = {"loss": loss, "lr": lr, "grad_norm": done.grad_norm, "tokens_per_s": tokens_per_s,
-                   "tokens_seen": progress.tokens_seen}
+                   "tokens_seen": progress.tokens_seen} | throughput.metrics(tokens_per_s)
         lineage.write(step, samples)
         if val_batches and (step + 1) % cfg.schedule.eval_interval == 0:
             metrics["val_loss"] = engine.evaluate(val_batches)
@@ -149,14 +159,11 @@ def _meta(cfg: TrainerConfig, manifest: Manifest) -> dict[str, Any]:
 
 
 def _resume(folder: RunFolder, state: dict[str, Any], cfg: TrainerConfig, manifest_sha: str) -> None:
-    path = folder.latest_checkpoint()
-    if path is None:
+    candidates = folder.checkpoints()
+    if not candidates:
         log.warning("--resume: no checkpoint under %s; starting from step 0", join(folder.home, "checkpoints"))
         return
-    local, temporary = folder.local_copy(path)
-    payload = read_checkpoint(local)
-    if temporary:
-        local.unlink()
+    path, payload = _newest_readable(folder, candidates)
     payload_meta = payload["meta"]
     if payload_meta["manifest_sha256"] != manifest_sha:
         raise CheckpointError(f"{path} was trained on manifest {payload_meta['manifest_sha256'][:12]}…, not "
@@ -172,6 +179,40 @@ def _resume(folder: RunFolder, state: dict[str, Any], cfg: TrainerConfig, manife
     progress = state["progress"]
     log.warning("resuming from %s at step %d/%d (MLflow run %s)", path, progress.step, cfg.schedule.steps,
                 progress.run_id)
+
+
+class Throughput:
+    """MFU per step (PaLM formula) against the device's bf16 peak; nothing to report on a CPU."""
+
+    def __init__(self, cfg: TrainerConfig, engine):
+        m = cfg.model
+        self.per_token = flops_per_token(transformer_parameters(engine.gpt), m.num_layers, m.hidden_size,
+                                         m.seq_length)
+        self.peak = bf16_peak(torch.cuda.get_device_name()) if cfg.backend == "cuda" else None
+        self.devices = torch.distributed.get_world_size() if torch.distributed.is_initialized() else 1
+
+    def metrics(self, tokens_per_s: float) -> dict[str, float]:
+        if not self.peak:
+            return {}
+        return {"mfu": mfu(tokens_per_s, self.per_token, self.peak, self.devices)}
+
+
+def _newest_readable(folder: RunFolder, candidates: list[str]) -> tuple[str, dict[str, Any]]:
+    """The newest checkpoint that reads back whole; a damaged or truncated one is passed over, loudly."""
+    problems = []
+    for path in reversed(candidates):
+        local, temporary = folder.local_copy(path)
+        try:
+            return path, read_checkpoint(local)
+        except CheckpointError as exc:
+            problems.append(str(exc))
+            log.warning("--resume: %s; trying the checkpoint before it", exc)
+        finally:
+            if temporary:
+                local.unlink(missing_ok=True)
+                checksum_path(local).unlink(missing_ok=True)
+    raise CheckpointError("no checkpoint of this run can be read: " + "; ".join(problems)
+                          + "; start a new run with another --out")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,11 +1,12 @@
-"""megatron-core's GPTModel trains on a CPU once trainer/cpu.py's patches are in."""
+"""megatron-core's GPTModel trains on a CPU inside the cpu backend (trainer/mcore_patches.py, trainer/cpu.py)."""
 import pytest
 import torch
 from megatron.core import utils as mcore_utils
+from megatron.core.tensor_parallel import random as mcore_random
 
 from conf import ConfigError
 from conftest import tiny_config
-from trainer import cpu
+from trainer import cpu, mcore_patches
 from trainer.backend import open_backend
 from trainer.model import build_model, padded_vocab_size
 
@@ -26,13 +27,15 @@ def test_gpt_model_forward_and_backward_on_cpu(positions, norm):
         assert sum(g.abs().sum().item() for g in grads) > 0
 
 
-def test_patches_are_idempotent():
-    cpu.apply_cpu_patches()
-    patched = mcore_utils.GlobalMemoryBuffer.get_tensor
-    cpu.apply_cpu_patches()
-    assert mcore_utils.GlobalMemoryBuffer.get_tensor is patched
-    buffer = mcore_utils.GlobalMemoryBuffer()
-    assert buffer.get_tensor((3, 4), torch.float32, "scratch").device.type == "cpu"
+def test_cpu_patches_live_only_inside_the_backend():
+    original = mcore_utils.GlobalMemoryBuffer.get_tensor
+    with open_backend(tiny_config()):
+        assert mcore_utils.GlobalMemoryBuffer.get_tensor is mcore_patches.cpu_get_tensor
+        buffer = mcore_utils.GlobalMemoryBuffer()
+        assert buffer.get_tensor((3, 4), torch.float32, "scratch").device.type == "cpu"
+        assert isinstance(mcore_random.get_cuda_rng_tracker(), cpu.CpuRNGStatesTracker)
+    assert mcore_utils.GlobalMemoryBuffer.get_tensor is original
+    assert not isinstance(mcore_random._CUDA_RNG_STATE_TRACKER, cpu.CpuRNGStatesTracker)
 
 
 def test_cpu_rng_tracker_forks_a_separate_stream():

@@ -13,7 +13,7 @@ from trainer.backend import open_backend
 from trainer.model import build_model
 
 
-@pytest.mark.parametrize("patch", mp.OPTIMIZER_PATCHES + mp.COMPILE_PATCHES, ids=lambda p: p.name)
+@pytest.mark.parametrize("patch", mp.CPU_PATCHES + mp.OPTIMIZER_PATCHES + mp.COMPILE_PATCHES, ids=lambda p: p.name)
 def test_each_patch_is_still_needed_by_the_pinned_megatron(patch):
     # Fails once an upgrade fixes what the patch works around: then delete the patch.
     assert mp.still_needed(patch), f"{patch.name}: {patch.why} no longer holds; remove the patch"

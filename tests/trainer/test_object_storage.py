@@ -63,7 +63,11 @@ def upload_shards(folder: Path, bucket: str) -> str:
 
 
 def stored_checkpoints(paths) -> list[str]:
-    return [uri.rsplit("/", 1)[-1] for uri in storage.listdir(f"{paths.train_dir}/checkpoints")]
+    """The stored checkpoints; each must sit beside its sha256 sidecar, and no sidecar outlives its checkpoint."""
+    names = [uri.rsplit("/", 1)[-1] for uri in storage.listdir(f"{paths.train_dir}/checkpoints")]
+    checkpoints = sorted(n for n in names if n.endswith(".pt"))
+    assert sorted(n for n in names if n.endswith(".sha256")) == [c + ".sha256" for c in checkpoints], names
+    return checkpoints
 
 
 def staged_checkpoints(paths) -> list[str]:
@@ -317,11 +321,11 @@ def test_files_an_outage_keeps_from_the_store_stay_in_staging_and_go_on_the_next
         result = train(cfg, paths)
 
     staging = staging_folder(paths.train_staging, paths.train_dir)
-    left = ["checkpoints/step-00000005.pt", "checkpoints/step-00000010.pt", "outbox/lineage/batches.jsonl",
-            "outbox/result.json"]
+    left = ["checkpoints/step-00000005.pt", "checkpoints/step-00000005.pt.sha256", "checkpoints/step-00000010.pt",
+            "checkpoints/step-00000010.pt.sha256", "outbox/lineage/batches.jsonl", "outbox/result.json"]
     assert sorted(str(p.relative_to(staging)) for p in staging.rglob("*")
                   if p.is_file() and (p.parent.name == "checkpoints" or "outbox" in p.parts)) == left
-    assert f"4 file(s) not yet in {s3}/train stay in {staging}" in caplog.text
+    assert f"6 file(s) not yet in {s3}/train stay in {staging}" in caplog.text
     assert "MLflow could not store artifact result.json" in caplog.text
     assert result["checkpoint"] == f"{s3}/train/checkpoints/step-00000010.pt"   # where it will be
 
@@ -330,7 +334,7 @@ def test_files_an_outage_keeps_from_the_store_stay_in_staging_and_go_on_the_next
     caplog.clear()
     with caplog.at_level("INFO", logger="trainer"):
         again = train(cfg, paths, resume=True)   # the next start sends what was left, then finds nothing to train
-    assert f"4 file(s) an earlier run left in {staging} are being uploaded to {s3}/train" in caplog.text
+    assert f"6 file(s) an earlier run left in {staging} are being uploaded to {s3}/train" in caplog.text
     assert again["steps"] == STEPS and again["last_loss"] == result["last_loss"]
     assert stored_checkpoints(paths) == ["step-00000005.pt", "step-00000010.pt"]
     assert staged_checkpoints(paths) == [] and not any(p.is_file() for p in (staging / "outbox").rglob("*"))

@@ -119,3 +119,16 @@ def test_each_epoch_visits_every_sample_once_in_its_own_order(manifest_path, tmp
     orders = [[sample for _, sample in draws] for draws in epochs]
     assert orders[0] != orders[1] != orders[2]
     assert (epoch_order(cfg.seed, 1, n) == np.random.RandomState((cfg.seed, 1)).permutation(n)).all()
+
+
+def test_sample_documents_are_the_ones_megatron_reads_the_tokens_from(manifest_path, tmp_path):
+    from trainer.data import sample_documents
+    cfg = tiny_config()
+    manifest = load_manifest(manifest_path)
+    with open_backend(cfg):
+        datasets = build_datasets(cfg, manifest, tmp_path / "cache")
+        for shard_dataset in datasets.train.datasets:
+            for sample in range(len(shard_dataset)):
+                # megatron's own (private) reader returns the same documents beside the tokens it reads
+                _, expected = shard_dataset._query_document_sample_shuffle_indices(sample)
+                assert sample_documents(shard_dataset, sample) == expected.tolist()
