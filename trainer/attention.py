@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 
-import torch
 import torch.nn.functional as F
 from megatron.core import tensor_parallel
 from megatron.core.transformer.dot_product_attention import DotProductAttention

@@ -81,6 +81,16 @@ class ParallelConfig:
 
 
 @dataclass(frozen=True)
+class StabilityConfig:
+    max_grad_norm: float
+    spike_sigma: float
+    window: int
+    min_history: int
+    rollback_after: int
+    max_rollbacks: int
+
+
+@dataclass(frozen=True)
 class RemoteConfig:
     download_attempts: int
     drain_timeout_s: float
@@ -99,6 +109,7 @@ class TrainerConfig:
     parallel: ParallelConfig
     remote: RemoteConfig
     cuda: CudaConfig
+    stability: StabilityConfig
 
     def __post_init__(self) -> None:
         m, b, s = self.model, self.batch, self.schedule
@@ -128,6 +139,12 @@ class TrainerConfig:
             raise ConfigError(f"backend must be cpu or cuda, got {self.backend!r}")
         if self.cuda.precision not in ("bf16", "fp32"):
             raise ConfigError(f"cuda.precision must be bf16 or fp32, got {self.cuda.precision!r}")
+        st = self.stability
+        if st.window < 1 or st.min_history < 1 or st.min_history > st.window:
+            raise ConfigError(f"stability.window ({st.window}) and stability.min_history ({st.min_history}) must be "
+                              "positive, with min_history <= window")
+        if st.max_grad_norm < 0 or st.spike_sigma < 0 or st.rollback_after < 0 or st.max_rollbacks < 0:
+            raise ConfigError("stability.max_grad_norm, spike_sigma, rollback_after and max_rollbacks must be >= 0")
         if self.data.prefetch < 0:
             raise ConfigError(f"data.prefetch must be >= 0, got {self.data.prefetch}")
         if self.optim.decay_style not in ("cosine", "linear", "constant"):

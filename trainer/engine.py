@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
@@ -22,6 +22,14 @@ class StepResult:
     loss: float                    # mean per-token loss over the global batch (this rank's share under dp)
     grad_norm: float               # global gradient norm before clipping
     seconds: dict[str, float] = field(default_factory=dict)   # forward_backward, optimizer
+    skipped: str | None = None     # why this step updated nothing (trainer/stability.py), or None
+
+
+Check = Callable[[float, float], "str | None"]   # (loss, grad norm) -> why not to update, or None
+
+
+def accept_all(loss: float, grad_norm: float) -> None:
+    return None
 
 
 def masked_loss_sum(model: torch.nn.Module, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
@@ -47,7 +55,7 @@ class CpuEngine:
     def lr(self) -> float:
         return self.optimizer.param_groups[0]["lr"]
 
-    def step(self, batches: list[Batch]) -> StepResult:
+    def step(self, batches: list[Batch], check: Check = accept_all) -> StepResult:
         began = time.perf_counter()
         n_tokens = sum(b.loss_mask.sum() for b in batches)   # normalise by the whole global batch's tokens
         self.optimizer.zero_grad(set_to_none=True)
@@ -58,10 +66,14 @@ class CpuEngine:
             loss += (loss_sum / n_tokens).item()
         backward_done = time.perf_counter()
         grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.optim.grad_clip or float("inf"))
-        self.scheduler.step(1)                      # lr of update `step` is the schedule at step+1 (no lr=0 update)
-        self.optimizer.step()
+        reason = check(loss, grad_norm.item())
+        if reason is None:
+            self.scheduler.step(1)                  # lr of update `step` is the schedule at step+1 (no lr=0 update)
+            self.optimizer.step()
+        else:
+            self.optimizer.zero_grad(set_to_none=True)
         return StepResult(loss, grad_norm.item(), {"forward_backward": backward_done - began,
-                                                   "optimizer": time.perf_counter() - backward_done})
+                                                   "optimizer": time.perf_counter() - backward_done}, reason)
 
     @torch.no_grad()
     def evaluate(self, batches: list[Batch]) -> float:

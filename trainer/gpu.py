@@ -22,13 +22,14 @@ from typing import Any
 import torch
 from megatron.core.distributed import DistributedDataParallel, DistributedDataParallelConfig, finalize_model_grads
 from megatron.core.optimizer import OptimizerConfig, get_megatron_optimizer
+from megatron.core.optimizer.clip_grads import clip_grad_by_total_norm_fp32
 from megatron.core.pipeline_parallel import get_forward_backward_func
 from megatron.core.transformer.module import Float16Module
 
 from trainer.backend import Backend
 from trainer.config import TrainerConfig
 from trainer.data import Batch
-from trainer.engine import StepResult
+from trainer.engine import Check, StepResult, accept_all
 from trainer.model import build_model
 from trainer.optim import build_scheduler
 
@@ -143,18 +144,31 @@ class CudaEngine:
         total = torch.stack([r["lm loss"] for r in reports]).sum(0)
         return (total[0] / total[1]).item()
 
-    def step(self, batches: list[Batch]) -> StepResult:
+    def step(self, batches: list[Batch], check: Check = accept_all) -> StepResult:
         began = time.perf_counter()
         self.model.zero_grad_buffer()
         self.optimizer.zero_grad()
         loss = self._run(batches, forward_only=False)     # .item() waits for the backward pass
         backward_done = time.perf_counter()
-        self.scheduler.step(1)                             # the same lr convention as the cpu engine
-        _, grad_norm, _ = self.optimizer.step()
+        with torch.no_grad():
+            reason, grad_norm = self._update(loss, check)
         torch.cuda.synchronize()
-        return StepResult(loss, float("nan") if grad_norm is None else float(grad_norm),
-                          {"forward_backward": backward_done - began,
-                           "optimizer": time.perf_counter() - backward_done})
+        return StepResult(loss, grad_norm, {"forward_backward": backward_done - began,
+                                            "optimizer": time.perf_counter() - backward_done}, reason)
+
+    def _update(self, loss: float, check: Check) -> tuple[str | None, float]:
+        """ChainedOptimizer.step's own sequence, opened up: it has no hook between the norm and the update."""
+        found_inf = self.optimizer.prepare_grads()
+        grad_norm = float("inf") if found_inf else float(self.optimizer.get_grad_norm())
+        reason = check(loss, grad_norm)
+        if reason is None:
+            clip = self.cfg.optim.grad_clip
+            for opt in _megatron_optimizers(self.optimizer):
+                if clip > 0 and opt.get_parameters():
+                    clip_grad_by_total_norm_fp32(opt.get_parameters(), max_norm=clip, total_norm=grad_norm)
+            self.scheduler.step(1)                         # the same lr convention as the cpu engine
+            self.optimizer.step_with_ready_grads()
+        return reason, grad_norm
 
     @torch.no_grad()
     def evaluate(self, batches: list[Batch]) -> float:

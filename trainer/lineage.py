@@ -38,6 +38,15 @@ class LineageWriter:
         path.write_text("".join(line + "\n" for line in kept))
         self._handle = open(path, "a")
 
+    def rewind(self, before_step: int) -> None:
+        """Drop the records of steps >= before_step (a rollback trains them again)."""
+        self._handle.close()
+        path = Path(self._handle.name)
+        kept = [json.dumps(r) for r in parse_lines(path.read_text().splitlines(), str(path))
+                if r["step"] < before_step]
+        path.write_text("".join(line + "\n" for line in kept))
+        self._handle = open(path, "a")
+
     def write(self, step: int, samples: list[dict[str, Any]]) -> None:
         doc_ids = sorted({d for s in samples for d in s["doc_ids"]})
         self._handle.write(json.dumps({"step": step, "samples": samples, "doc_ids": doc_ids}) + "\n")

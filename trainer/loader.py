@@ -17,6 +17,7 @@ import torch
 
 from trainer.config import TrainerConfig
 from trainer.data import Batch, Datasets, micro_batches
+from trainer.stability import batch_index
 
 
 def _map(batch: Batch, fn) -> Batch:
@@ -42,8 +43,9 @@ class StepLoader:
     _DONE = object()
 
     def __init__(self, cfg: TrainerConfig, datasets: Datasets, start: int, stop: int, dp_rank: int, dp: int,
-                 device: torch.device):
+                 device: torch.device, skip_batches: list[int] = ()):
         self.cfg, self.datasets, self.dp_rank, self.dp, self.device = cfg, datasets, dp_rank, dp, device
+        self.skip_batches = sorted(skip_batches)   # global batches left out after a rollback (trainer/stability.py)
         self.start, self.stop = start, stop
         self.pin = device.type == "cuda"
         self.wait_s = 0.0             # total time the consumer waited for a batch
@@ -55,7 +57,8 @@ class StepLoader:
             self._thread.start()
 
     def _prepare(self, step: int) -> tuple[int, list[Batch], list[dict[str, Any]]]:
-        batches, samples = micro_batches(self.cfg, self.datasets, step, self.dp_rank, self.dp)
+        batch = batch_index(step, self.skip_batches)
+        batches, samples = micro_batches(self.cfg, self.datasets, batch, self.dp_rank, self.dp)
         if self.pin:
             batches = [_pinned(b) for b in batches]
         return step, batches, samples

@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import hashlib
 import json
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 FORMAT = "megatron-indexed/1"
+MIX_APPLIED_BY = "export"   # SEAMS §4: the shards already hold the sampled mix; this trainer blends shards by size
 
 
 class ManifestError(ValueError):
@@ -42,6 +44,7 @@ class Manifest:
     shards: tuple[Shard, ...]
     sources: dict[str, Any]
     raw: dict[str, Any]
+    mix: dict[str, Any] = dataclasses.field(default_factory=dict)   # the mix export sampled: name, weights, realized
 
     @property
     def total_tokens(self) -> int:
@@ -72,6 +75,11 @@ def check_manifest(raw: Any, where: str, verify: bool = True) -> dict[str, Any]:
                             f"({canonical_sha256(raw)[:12]}…); the manifest was edited or written by another tool")
     if not raw["shards"]:
         raise ManifestError(f"{where}: lists no shards")
+    mix = raw.get("mix") or {}
+    if mix and mix.get("applied_by") != MIX_APPLIED_BY:
+        raise ManifestError(f"{where}: mix {mix.get('name')!r} is to be applied by {mix.get('applied_by')!r}, but "
+                            f"this trainer blends shards by size only and expects the jobs' export to have sampled "
+                            f"the mix (SEAMS §4); re-export with the mix applied")
     return raw
 
 
@@ -117,7 +125,7 @@ def load_manifest(path: str | Path, verify: bool = True, location: str | None = 
                     vocab_size=int(tok["vocab_size"]), eod_id=int(tok["eod_id"]),
                     tokenizer_sha256=str(tok.get("sha256", "")), tokenizer_model=str(tok.get("model", "")),
                     tokenizer_file=str(tok.get("model", "")), dtype=raw["dtype"], shards=tuple(shards),
-                    sources=dict(raw.get("sources", {})), raw=raw)
+                    sources=dict(raw.get("sources", {})), raw=raw, mix=dict(raw.get("mix") or {}))
 
 
 def read_doc_ids(shard: Shard) -> list[str]:

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from datetime import timedelta
 from typing import Any
 
@@ -14,13 +14,16 @@ class Progress:
     first_loss: float | None = None    # loss of step 0, kept across resumes for result.json
     last_loss: float | None = None
     run_id: str | None = None          # the MLflow run a resume continues
+    skipped_steps: int = 0             # steps that updated nothing (trainer/stability.py)
+    rollbacks: int = 0                 # returns to the last checkpoint after repeated skips
+    skip_batches: list[int] = field(default_factory=list)   # global batches never to be drawn again
 
     def state_dict(self) -> dict[str, Any]:
         return asdict(self)
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         for key, value in state.items():
-            setattr(self, key, value)
+            setattr(self, key, list(value) if isinstance(value, list) else value)
 
 
 class Meter:

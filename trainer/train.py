@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import math
 import sys
 import time
 from pathlib import Path
@@ -34,9 +35,14 @@ from trainer.loader import StepLoader, to_device
 from trainer.flops import bf16_peak, flops_per_token, mfu
 from trainer.model import count_parameters, padded_vocab_size, transformer_parameters
 from trainer.progress import Meter, Progress
+from trainer.stability import SpikeGuard, batch_index, insert_sorted
 from trainer.run_folder import RunFolder
 
 log = logging.getLogger("trainer")
+
+
+class TrainingUnstable(RuntimeError):
+    """Steps keep updating nothing and a rollback cannot or may no longer help."""
 
 # Settings that may change between a killed run and its resume; every other one shapes the trajectory.
 RESUMABLE_CHANGES = ("schedule.log_interval", "schedule.checkpoint_interval", "schedule.keep_checkpoints",
@@ -71,7 +77,8 @@ def _train(cfg: TrainerConfig, paths: Paths, manifest: Manifest, folder: RunFold
         vocab_size = padded_vocab_size(manifest.vocab_size, cfg.model.vocab_multiple, cfg.parallel.tp)
         engine = build_engine(cfg, backend, vocab_size)
         progress = Progress()
-        state = engine.parts() | {"progress": progress, "rng": RNGState()}
+        guard = SpikeGuard(cfg.stability)
+        state = engine.parts() | {"progress": progress, "rng": RNGState(), "stability": guard}
         if resume:
             _resume(folder, state, cfg, manifest.sha256)
         parameters = count_parameters(engine.gpt)
@@ -87,11 +94,13 @@ def _train(cfg: TrainerConfig, paths: Paths, manifest: Manifest, folder: RunFold
                  len(manifest.shards), cfg.schedule.steps, tokens_per_step)
 
         checkpoint = folder.latest_checkpoint()   # what result.json names if no step is left to run
-        loader = StepLoader(cfg, datasets, progress.step, cfg.schedule.steps, backend.dp_rank, backend.dims.dp,
-                            backend.device)
+        def loader_from(step: int) -> StepLoader:
+            return StepLoader(cfg, datasets, step, cfg.schedule.steps, backend.dp_rank, backend.dims.dp,
+                              backend.device, progress.skip_batches)
+
         try:
-            stopped, checkpoint = _loop(cfg, manifest, folder, engine, loader, lineage, val_batches, meter, progress,
-                                        state, checkpoint, stop_after)
+            stopped, checkpoint = _loop(cfg, manifest, folder, engine, loader_from, lineage, val_batches, meter,
+                                        progress, state, checkpoint, stop_after)
         except BaseException as exc:
             # The lineage keeps every finished step; MLflow says the run did not finish (KILLED on Ctrl-C/SIGTERM).
             lineage.close()
@@ -100,8 +109,6 @@ def _train(cfg: TrainerConfig, paths: Paths, manifest: Manifest, folder: RunFold
                       "the last checkpoint)", progress.step, type(exc).__name__, exc, progress.run_id, status)
             tracking.finish([], status=status)
             raise
-        finally:
-            loader.close()
         if stopped:
             return None
         lineage.close()
@@ -117,39 +124,98 @@ def _train(cfg: TrainerConfig, paths: Paths, manifest: Manifest, folder: RunFold
         return result
 
 
-def _loop(cfg: TrainerConfig, manifest: Manifest, folder: RunFolder, engine, loader: StepLoader,
+def _loop(cfg: TrainerConfig, manifest: Manifest, folder: RunFolder, engine, loader_from,
           lineage: LineageWriter, val_batches, meter: Meter, progress: Progress, state: dict[str, Any],
           checkpoint: str | None, stop_after: int | None) -> tuple[bool, str | None]:
-    """The steps left in the run; (stopped by --stop-after, the newest checkpoint)."""
+    """The steps left in the run; (stopped by --stop-after, the newest checkpoint).  A rollback restarts
+    the data from the checkpoint it returns to, without the batches that caused it."""
+    while progress.step < cfg.schedule.steps:
+        loader = loader_from(progress.step)
+        try:
+            outcome, saved = _steps(cfg, manifest, folder, engine, loader, lineage, val_batches, meter, progress,
+                                    state, stop_after)
+        finally:
+            loader.close()
+        if outcome == "rollback":
+            _roll_back(cfg, folder, progress, state, lineage)
+            continue
+        return outcome == "stopped", saved or checkpoint
+    return False, checkpoint
+
+
+def _steps(cfg: TrainerConfig, manifest: Manifest, folder: RunFolder, engine, loader: StepLoader,
+           lineage: LineageWriter, val_batches, meter: Meter, progress: Progress, state: dict[str, Any],
+           stop_after: int | None) -> tuple[str, str | None]:
+    """Run steps from the loader: ("done" | "stopped" (--stop-after) | "rollback" (stability.rollback_after),
+    the checkpoint saved last, or None)."""
+    saved = None
     tokens_per_step = cfg.batch.global_batch_size * cfg.model.seq_length
     throughput = Throughput(cfg, engine)
+    guard: SpikeGuard = state["stability"]
     began = time.perf_counter()
     for step, batches, samples in loader:
-        done = engine.step(batches)
+        done = engine.step(batches, guard.check)
+        guard.record(done.grad_norm, skipped=done.skipped is not None)
         loss = done.loss
+        if done.skipped:
+            progress.skipped_steps += 1
+            log.warning("step %d updated nothing: %s (%d skipped so far, %d in a row)", step + 1, done.skipped,
+                        progress.skipped_steps, guard.consecutive)
         progress.step, progress.tokens_seen, progress.last_loss = step + 1, progress.tokens_seen + tokens_per_step, loss
         progress.first_loss = loss if progress.first_loss is None else progress.first_loss
         now = time.perf_counter()
         tokens_per_s, began = tokens_per_step / (now - began), now   # the step, its wait for data included
         lr = engine.lr
         metrics = {"loss": loss, "lr": lr, "grad_norm": done.grad_norm, "tokens_per_s": tokens_per_s,
-                   "tokens_seen": progress.tokens_seen} | throughput.metrics(tokens_per_s)
+                   "tokens_seen": progress.tokens_seen, "skipped_steps": progress.skipped_steps,
+                   "rollbacks": progress.rollbacks} | throughput.metrics(tokens_per_s)
         lineage.write(step, samples)
+        if guard.must_roll_back:
+            tracking.log_step({k: v for k, v in metrics.items() if math.isfinite(v)}, step)
+            return "rollback", saved
         if val_batches and (step + 1) % cfg.schedule.eval_interval == 0:
             metrics["val_loss"] = engine.evaluate(val_batches)
-        tracking.log_step(metrics, step)
+        tracking.log_step({k: v for k, v in metrics.items() if math.isfinite(v)}, step)
         if (step + 1) % cfg.schedule.log_interval == 0 or step + 1 == cfg.schedule.steps:
             log.info(meter.line(step, loss, lr, metrics["grad_norm"], tokens_per_s)
                      + (f" | val {metrics['val_loss']:.4f}" if "val_loss" in metrics else ""))
         final = step + 1 == cfg.schedule.steps
         if final or (step + 1) % cfg.schedule.checkpoint_interval == 0:
-            checkpoint = folder.save_checkpoint(step + 1, state, _meta(cfg, manifest))
+            saved = folder.save_checkpoint(step + 1, state, _meta(cfg, manifest))
         if stop_after is not None and step + 1 >= stop_after and not final:
             log.warning("stopping after step %d as asked (--stop-after); resume with --resume", step + 1)
             lineage.close()
             tracking.finish([], status="KILLED")
-            return True, checkpoint
-    return False, checkpoint
+            return "stopped", saved
+    return "done", saved
+
+
+def _roll_back(cfg: TrainerConfig, folder: RunFolder, progress: Progress, state: dict[str, Any],
+               lineage: LineageWriter) -> None:
+    """Back to the newest readable checkpoint; the batches of the skipped steps are never drawn again."""
+    guard: SpikeGuard = state["stability"]
+    bad_steps = range(progress.step - guard.consecutive, progress.step)
+    bad = [batch_index(s, progress.skip_batches) for s in bad_steps]
+    if progress.rollbacks >= cfg.stability.max_rollbacks:
+        raise TrainingUnstable(f"{guard.consecutive} steps in a row updated nothing (steps {bad_steps.start + 1}-"
+                               f"{bad_steps.stop}) after {progress.rollbacks} rollback(s) already: lower optim.lr, "
+                               "check the data of batches " + ", ".join(map(str, bad))
+                               + ", or raise stability.max_rollbacks")
+    candidates = folder.checkpoints()
+    if not candidates:
+        raise TrainingUnstable(f"{guard.consecutive} steps in a row updated nothing (steps {bad_steps.start + 1}-"
+                               f"{bad_steps.stop}, batches {bad}) and there is no checkpoint to return to: lower "
+                               "schedule.checkpoint_interval or optim.lr")
+    keep = {"rollbacks": progress.rollbacks + 1, "skipped_steps": progress.skipped_steps,
+            "skip_batches": insert_sorted(progress.skip_batches, bad), "run_id": progress.run_id}
+    path, payload = _newest_readable(folder, candidates)
+    restore(path, payload, state)
+    for key, value in keep.items():
+        setattr(progress, key, value)
+    lineage.rewind(progress.step)
+    log.warning("rolled back to %s (step %d) after %d skipped steps in a row; batches %s are left out from now "
+                "on (rollback %d of at most %d)", path, progress.step, len(bad), bad, progress.rollbacks,
+                cfg.stability.max_rollbacks)
 
 
 def _meta(cfg: TrainerConfig, manifest: Manifest) -> dict[str, Any]:

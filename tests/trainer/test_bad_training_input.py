@@ -85,11 +85,11 @@ def test_a_crash_mid_run_marks_the_mlflow_run_failed(manifest_path, tmp_path, mo
     calls = {"n": 0}
     original = engine_module.CpuEngine.step
 
-    def failing_step(self, batches):
+    def failing_step(self, batches, check):
         calls["n"] += 1
         if calls["n"] == 3:
             raise RuntimeError("simulated device failure")
-        return original(self, batches)
+        return original(self, batches, check)
 
     monkeypatch.setattr(engine_module.CpuEngine, "step", failing_step)
     with pytest.raises(RuntimeError, match="simulated device failure"):

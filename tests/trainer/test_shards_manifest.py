@@ -77,6 +77,21 @@ def test_edited_manifest_is_refused(manifest_path, tmp_path):
     assert load_manifest(folder / "manifest.json").shards[0].tokens == manifest["shards"][0]["tokens"]
 
 
+def test_a_mix_is_read_and_never_applied_twice(manifest_path, tmp_path):
+    """Export samples the mix into the shards (SEAMS §4); a manifest that asks the trainer to apply it is refused."""
+    folder = copy_shards(manifest_path, tmp_path)
+    manifest = json.loads((folder / "manifest.json").read_text())
+    manifest["mix"] = {"name": "web_heavy", "applied_by": "export", "weights": {"web": 0.6, "code": 0.4}}
+    manifest["sha256"] = canonical_sha256(manifest)
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+    assert load_manifest(folder / "manifest.json").mix["name"] == "web_heavy"
+    manifest["mix"]["applied_by"] = "trainer"
+    manifest["sha256"] = canonical_sha256(manifest)
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(ManifestError, match="blends shards by size only"):
+        load_manifest(folder / "manifest.json")
+
+
 def test_batch_order_is_a_function_of_seed_and_step(manifest_path, tmp_path):
     cfg = tiny_config("schedule.steps=6")
     assert global_batch_indices(3, 16) == list(range(48, 64))
