@@ -5,6 +5,8 @@ VENV := .venv
 PY := $(VENV)/bin/python
 JARS := $(abspath $(VENV))/jars
 export SPARK_LOCAL_IP ?= 127.0.0.1
+# rustup's cargo, when there is one: pip builds rs-trafilatura (no Linux wheels on PyPI) with it.
+export PATH := $(HOME)/.cargo/bin:$(PATH)
 
 .PHONY: setup demo test bench wheel system-deps jars mlflow-ui clean
 
