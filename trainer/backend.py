@@ -48,17 +48,20 @@ def open_backend(cfg: TrainerConfig) -> Iterator[Backend]:
 
     owns_group = not dist.is_initialized()
     if owns_group:
-        # World size 1 on a free loopback port: gloo needs a rendezvous even for one process.
-        dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{_free_port()}", rank=0, world_size=1)
-    dims = ParallelDims(tp=cfg.parallel.tp, pp=cfg.parallel.pp, cp=cfg.parallel.cp, dp=cfg.parallel.dp,
-                        world_size=dist.get_world_size())
+        if "RANK" in os.environ and "WORLD_SIZE" in os.environ:   # launched by torchrun: one process per rank
+            dist.init_process_group("gloo")
+        else:   # world size 1 on a free loopback port: gloo needs a rendezvous even for one process
+            dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{_free_port()}", rank=0, world_size=1)
     try:
-        dims.require_single_device("cpu")
+        dims = ParallelDims(tp=cfg.parallel.tp, pp=cfg.parallel.pp, cp=cfg.parallel.cp, dp=cfg.parallel.dp,
+                            world_size=dist.get_world_size())
+        dims.require_cpu_layout()
         parallel_state.initialize_model_parallel(tensor_model_parallel_size=dims.tp,
                                                  pipeline_model_parallel_size=dims.pp,
                                                  context_parallel_size=dims.cp)
         torch.manual_seed(cfg.seed)
-        with mcore_patches.applied(mcore_patches.CPU_PATCHES), cpu_rng_tracker(cfg.seed):
+        tp_rank = parallel_state.get_tensor_model_parallel_rank()
+        with mcore_patches.applied(mcore_patches.CPU_PATCHES), cpu_rng_tracker(cfg.seed, tp_rank):
             yield Backend(name="cpu", device=torch.device("cpu"), dims=dims, rank=dist.get_rank(),
                           dp_rank=parallel_state.get_data_parallel_rank())
     finally:

@@ -187,10 +187,11 @@ def lineage_record(datasets: Datasets, index: int) -> dict[str, Any]:
 
 def micro_batches(cfg: TrainerConfig, datasets: Datasets, step: int, dp_rank: int, dp: int
                   ) -> tuple[list[Batch], list[dict[str, Any]]]:
-    """The micro-batches this rank runs at `step`, and the lineage of each sample in them."""
-    indices = rank_slice(global_batch_indices(step, cfg.batch.global_batch_size), dp_rank, dp)
+    """The micro-batches this rank runs at `step`, and the lineage of every sample of the global batch."""
+    everything = global_batch_indices(step, cfg.batch.global_batch_size)
+    indices = rank_slice(everything, dp_rank, dp)
     samples = [datasets.train[datasets.draw(i)[1]] for i in indices]
-    lineage = [lineage_record(datasets, i) for i in indices]
+    lineage = [lineage_record(datasets, i) for i in everything]   # the whole global batch, whichever rank
     mb = cfg.batch.micro_batch_size
     return [collate(samples[i:i + mb]) for i in range(0, len(samples), mb)], lineage
 

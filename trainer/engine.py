@@ -9,12 +9,16 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import torch
+import torch.distributed as dist
+from megatron.core import parallel_state
+from megatron.core.tensor_parallel import param_is_not_tensor_parallel_duplicate
 
 from trainer.backend import Backend
 from trainer.config import TrainerConfig
 from trainer.data import Batch
 from trainer.model import build_model
 from trainer.optim import build_optimizer, build_scheduler
+from trainer.shards import WholeModel, WholeOptimizer
 
 
 @dataclass
@@ -39,7 +43,8 @@ def masked_loss_sum(model: torch.nn.Module, batch: Batch) -> tuple[torch.Tensor,
 
 
 class CpuEngine:
-    """fp32 on the CPU: torch AdamW, a plain accumulation loop, torch's grad clipping."""
+    """fp32 on the CPU: torch AdamW, a plain accumulation loop; tensor parallel through megatron's layers
+    and data parallel by summing gradients over gloo, both matching the single process."""
 
     def __init__(self, cfg: TrainerConfig, backend: Backend, vocab_size: int):
         self.cfg, self.backend = cfg, backend
@@ -49,7 +54,8 @@ class CpuEngine:
         self.scheduler = build_scheduler(self.optimizer, cfg.optim, cfg.schedule.steps)
 
     def parts(self) -> dict[str, Any]:
-        return {"model": self.model, "optimizer": self.optimizer, "scheduler": self.scheduler}
+        return {"model": WholeModel(self.model), "optimizer": WholeOptimizer(self.optimizer, self.model),
+                "scheduler": self.scheduler}
 
     @property
     def lr(self) -> float:
@@ -57,15 +63,27 @@ class CpuEngine:
 
     def step(self, batches: list[Batch], check: Check = accept_all) -> StepResult:
         began = time.perf_counter()
+        dp_group = parallel_state.get_data_parallel_group()
+        data_parallel = dist.get_world_size(dp_group) > 1
         n_tokens = sum(b.loss_mask.sum() for b in batches)   # normalise by the whole global batch's tokens
+        if data_parallel:
+            n_tokens = n_tokens.clone()
+            dist.all_reduce(n_tokens, group=dp_group)
         self.optimizer.zero_grad(set_to_none=True)
         loss = 0.0
         for batch in batches:
             loss_sum, _ = masked_loss_sum(self.model, batch)
             (loss_sum / n_tokens).backward()
             loss += (loss_sum / n_tokens).item()
+        if data_parallel:   # each rank holds its share of the global batch's gradient: sum them
+            total = torch.tensor(loss, dtype=torch.float64)
+            dist.all_reduce(total, group=dp_group)
+            loss = total.item()
+            for param in self.model.parameters():
+                if param.grad is not None:
+                    dist.all_reduce(param.grad, group=dp_group)
         backward_done = time.perf_counter()
-        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.optim.grad_clip or float("inf"))
+        grad_norm = self._clip_grads()
         reason = check(loss, grad_norm.item())
         if reason is None:
             self.scheduler.step(1)                  # lr of update `step` is the schedule at step+1 (no lr=0 update)
@@ -75,12 +93,31 @@ class CpuEngine:
         return StepResult(loss, grad_norm.item(), {"forward_backward": backward_done - began,
                                                    "optimizer": time.perf_counter() - backward_done}, reason)
 
+    def _clip_grads(self) -> torch.Tensor:
+        """The global gradient norm before clipping; under tensor parallelism each sharded parameter counts
+        once per shard and each replicated one once (megatron's clip_grads allocates on CUDA)."""
+        clip = self.cfg.optim.grad_clip or float("inf")
+        tp_group = parallel_state.get_tensor_model_parallel_group()
+        if dist.get_world_size(tp_group) == 1:
+            return torch.nn.utils.clip_grad_norm_(self.model.parameters(), clip)
+        params = [p for p in self.model.parameters() if p.grad is not None]
+        counted = [p.grad for p in params if param_is_not_tensor_parallel_duplicate(p)]
+        squared = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in counted])) ** 2
+        dist.all_reduce(squared, group=tp_group)
+        total = squared.sqrt()
+        torch._foreach_mul_([p.grad for p in params], torch.clamp(clip / (total + 1e-6), max=1.0))
+        return total
+
     @torch.no_grad()
     def evaluate(self, batches: list[Batch]) -> float:
         self.model.eval()
         sums = [masked_loss_sum(self.model, b) for b in batches]
         self.model.train()
-        return (sum(s for s, _ in sums) / sum(n for _, n in sums)).item()
+        total = torch.stack([sum(s for s, _ in sums), sum(n for _, n in sums)]).double()
+        dp_group = parallel_state.get_data_parallel_group()
+        if dist.get_world_size(dp_group) > 1:
+            dist.all_reduce(total, group=dp_group)
+        return (total[0] / total[1]).item()
 
 
 def build_engine(cfg: TrainerConfig, backend: Backend, vocab_size: int):

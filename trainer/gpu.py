@@ -26,6 +26,7 @@ from megatron.core.optimizer.clip_grads import clip_grad_by_total_norm_fp32
 from megatron.core.pipeline_parallel import get_forward_backward_func
 from megatron.core.transformer.module import Float16Module
 
+from conf import ConfigError
 from trainer.backend import Backend
 from trainer.config import TrainerConfig
 from trainer.data import Batch
@@ -100,6 +101,11 @@ class DistributedOptimizerState:
 
 class CudaEngine:
     def __init__(self, cfg: TrainerConfig, backend: Backend, vocab_size: int):
+        if backend.dims.tp * backend.dims.pp > 1:
+            # Its checkpoints would hold rank 0's shard only: whole-state saving across model-parallel ranks
+            # (megatron's dist_checkpointing) is not wired in yet. Data parallelism is.
+            raise ConfigError(f"the cuda backend trains tp=pp=1 (any dp) for now, got tp={backend.dims.tp} "
+                              f"pp={backend.dims.pp}: its checkpoints cannot yet gather model-parallel shards")
         self.cfg, self.backend = cfg, backend
         bf16 = cfg.cuda.precision == "bf16"
         gpt = build_model(cfg.model, vocab_size, cfg.cuda).cuda(backend.device)

@@ -54,3 +54,16 @@ class LineageWriter:
 
     def close(self) -> None:
         self._handle.close()
+
+
+class NoLineage:
+    """What every rank but 0 writes: rank 0's record already holds the whole global batch."""
+
+    def write(self, step: int, samples: list[dict[str, Any]]) -> None:
+        return None
+
+    def rewind(self, before_step: int) -> None:
+        return None
+
+    def close(self) -> None:
+        return None

@@ -36,9 +36,10 @@ class ParallelDims:
         """Ranks that hold one copy of the model between them."""
         return self.tp * self.pp * self.cp
 
-    def require_single_device(self, backend: str) -> None:
-        """The cpu backend runs one process; anything else needs a backend that can split the model."""
-        if (self.tp, self.pp, self.cp, self.dp) != (1, 1, 1, 1):
+    def require_cpu_layout(self) -> None:
+        """The cpu backend runs tensor and data parallel (gloo); pipeline and context parallel need the cuda one."""
+        if self.pp > 1 or self.cp > 1:
             raise ParallelDimsError(
-                f"the {backend} backend runs tp=pp=cp=dp=1, got tp={self.tp} pp={self.pp} cp={self.cp} "
-                f"dp={self.dp}; set them to 1 or use the cuda backend once it lands")
+                f"the cpu backend runs tensor and data parallelism only, got pp={self.pp} cp={self.cp}: "
+                "megatron-core's pipeline schedules allocate their send/receive buffers and token counters on "
+                "CUDA, and its context-parallel attention needs Transformer Engine; use the cuda backend")

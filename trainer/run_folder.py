@@ -304,3 +304,40 @@ def _steps_below(lineage: Path, before_step: int) -> int:
         return 0
     with open(lineage) as handle:
         return len({r["step"] for r in parse_lines(handle, str(lineage)) if r["step"] < before_step})
+
+
+class FollowerFolder:
+    """The run folder as every rank but 0 sees it: the same paths, no reading, writing or uploading.
+
+    Rank 0 lists, reads and writes checkpoints, lineage and result.json; the others take part in
+    gathering a checkpoint's state (its parts' state_dict calls are collectives) and receive what
+    rank 0 reads (trainer/train.py broadcasts it).
+    """
+
+    def __init__(self, train_dir: str, staging_root: str) -> None:
+        self.home = train_dir
+        self.remote = is_uri(train_dir)
+        self.files = RunFiles(staging_folder(staging_root, train_dir) if self.remote else Path(train_dir))
+        self.lineage_location = ""
+
+    def checkpoints(self) -> list[str]:
+        return []
+
+    def latest_checkpoint(self) -> str | None:
+        return None
+
+    def save_checkpoint(self, step: int, parts: dict[str, Any], meta: dict[str, Any]) -> None:
+        for part in parts.values():
+            part.state_dict()
+
+    def prepare_lineage(self, before_step: int) -> None:
+        return None
+
+    def write_result(self, result: dict[str, Any]) -> None:
+        return None
+
+    def location(self, relative: str) -> str:
+        return join(self.home, *relative.split("/")) if self.remote else str(self.files.out / relative)
+
+    def close(self, timeout_s: float) -> None:
+        return None

@@ -26,6 +26,14 @@ DIGEST_CHARS = 36   # the longest dataset digest MLflow's stores accept
 log = logging.getLogger("trainer.tracking")
 
 
+_ENABLED = True   # False on every rank but 0: one rank logs (trainer/train.py sets it)
+
+
+def enable(on: bool) -> None:
+    global _ENABLED
+    _ENABLED = on
+
+
 def configure(paths: Paths) -> None:
     """Point MLflow at the sqlite store from paths, creating its folder, and at the configured S3 endpoint."""
     os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")   # offline: no usage pings
@@ -88,11 +96,15 @@ def start_run(cfg: TrainerConfig, paths: Paths, manifest: Manifest, model_info: 
 
 
 def log_step(metrics: dict[str, float], step: int) -> None:
+    if not _ENABLED:
+        return
     # Asynchronous: a sqlite write per step would otherwise cost more than a tiny model's step.
     mlflow.log_metrics(metrics, step=step, synchronous=False)
 
 
 def finish(artifacts: list[tuple[Path, str]], status: str = "FINISHED") -> None:
+    if not _ENABLED:
+        return
     mlflow.flush_async_logging()
     run = mlflow.active_run()
     for path, folder in artifacts:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import logging
 import math
+import os
 import sys
 import time
 from pathlib import Path
@@ -29,14 +30,14 @@ from trainer.config import TrainerConfig, load_trainer_config
 from trainer.data import build_datasets, eval_batches
 from trainer.engine import build_engine
 from trainer.input_cache import open_manifest
-from trainer.lineage import LineageWriter
+from trainer.lineage import LineageWriter, NoLineage
 from trainer.manifest import Manifest, ManifestError
 from trainer.loader import StepLoader, to_device
 from trainer.flops import bf16_peak, flops_per_token, mfu
 from trainer.model import count_parameters, padded_vocab_size, transformer_parameters
 from trainer.progress import Meter, Progress
 from trainer.stability import SpikeGuard, batch_index, insert_sorted
-from trainer.run_folder import RunFolder
+from trainer.run_folder import FollowerFolder, RunFolder
 
 log = logging.getLogger("trainer")
 
@@ -47,7 +48,10 @@ class TrainingUnstable(RuntimeError):
 # Settings that may change between a killed run and its resume; every other one shapes the trajectory.
 RESUMABLE_CHANGES = ("schedule.log_interval", "schedule.checkpoint_interval", "schedule.keep_checkpoints",
                      "schedule.eval_interval", "schedule.eval_batches", "experiment", "remote.download_attempts",
-                     "remote.drain_timeout_s")
+                     "remote.drain_timeout_s",
+                     # checkpoints hold whole (unsharded) state and batches do not depend on dp: a run may
+                     # resume at another tensor/data-parallel layout
+                     "parallel.tp", "parallel.dp", "data.prefetch")
 
 
 def train(cfg: TrainerConfig, paths: Paths, manifest_path: str | Path | None = None, out: str | Path | None = None,
@@ -55,7 +59,10 @@ def train(cfg: TrainerConfig, paths: Paths, manifest_path: str | Path | None = N
     """Run (or resume) training; returns result.json's content, or None when stopped by `stop_after`."""
     manifest = open_manifest(str(manifest_path or join(paths.shards_dir, "manifest.json")), paths.cache_dir,
                              cfg.remote.download_attempts)
-    folder = RunFolder(str(out or paths.train_dir), paths.train_staging, cfg.schedule.keep_checkpoints)
+    main = int(os.environ.get("RANK", "0")) == 0   # torchrun's; one process is rank 0
+    tracking.enable(main)
+    folder = (RunFolder(str(out or paths.train_dir), paths.train_staging, cfg.schedule.keep_checkpoints) if main
+              else FollowerFolder(str(out or paths.train_dir), paths.train_staging))
     completed = False
     try:
         result = _train(cfg, paths, manifest, folder, resume, stop_after)
@@ -83,9 +90,12 @@ def _train(cfg: TrainerConfig, paths: Paths, manifest: Manifest, folder: RunFold
             _resume(folder, state, cfg, manifest.sha256)
         parameters = count_parameters(engine.gpt)
         model_info = {"model.parameters": parameters, "model.padded_vocab_size": vocab_size}
-        run = tracking.start_run(cfg, paths, manifest, model_info, progress.run_id)
-        progress.run_id = run.info.run_id
-        lineage = LineageWriter(folder.prepare_lineage(progress.step), keep_before=progress.step)
+        main = backend.rank == 0
+        if main:
+            run = tracking.start_run(cfg, paths, manifest, model_info, progress.run_id)
+            progress.run_id = run.info.run_id
+        lineage = (LineageWriter(folder.prepare_lineage(progress.step), keep_before=progress.step) if main
+                   else NoLineage())
         val_batches = [to_device(b, backend.device) for b in eval_batches(cfg, datasets)]
         meter = Meter(cfg.schedule.steps, progress.step)
         tokens_per_step = cfg.batch.global_batch_size * cfg.model.seq_length
@@ -116,7 +126,8 @@ def _train(cfg: TrainerConfig, paths: Paths, manifest: Manifest, folder: RunFold
                   "last_loss": progress.last_loss, "tokens_seen": progress.tokens_seen,
                   "checkpoint": checkpoint, "lineage": folder.lineage_location}
         folder.write_result(result)
-        tracking.finish([(files.lineage, "lineage"), (files.result, "")])
+        if main:
+            tracking.finish([(files.lineage, "lineage"), (files.result, "")])
         rate = meter.steps_per_s(progress.step - 1)
         log.info("done: loss %.4f -> %.4f over %d steps; %.2f steps/s, %s tokens/s wall-clock; result %s",
                  progress.first_loss, progress.last_loss, progress.step, rate, f"{rate * tokens_per_step:,.0f}",
@@ -201,14 +212,14 @@ def _roll_back(cfg: TrainerConfig, folder: RunFolder, progress: Progress, state:
                                f"{bad_steps.stop}) after {progress.rollbacks} rollback(s) already: lower optim.lr, "
                                "check the data of batches " + ", ".join(map(str, bad))
                                + ", or raise stability.max_rollbacks")
-    candidates = folder.checkpoints()
-    if not candidates:
+    found = _shared(lambda: _newest_readable(folder, folder.checkpoints()) if folder.checkpoints() else None)
+    if found is None:
         raise TrainingUnstable(f"{guard.consecutive} steps in a row updated nothing (steps {bad_steps.start + 1}-"
                                f"{bad_steps.stop}, batches {bad}) and there is no checkpoint to return to: lower "
                                "schedule.checkpoint_interval or optim.lr")
     keep = {"rollbacks": progress.rollbacks + 1, "skipped_steps": progress.skipped_steps,
             "skip_batches": insert_sorted(progress.skip_batches, bad), "run_id": progress.run_id}
-    path, payload = _newest_readable(folder, candidates)
+    path, payload = found
     restore(path, payload, state)
     for key, value in keep.items():
         setattr(progress, key, value)
@@ -225,11 +236,11 @@ def _meta(cfg: TrainerConfig, manifest: Manifest) -> dict[str, Any]:
 
 
 def _resume(folder: RunFolder, state: dict[str, Any], cfg: TrainerConfig, manifest_sha: str) -> None:
-    candidates = folder.checkpoints()
-    if not candidates:
+    found = _shared(lambda: _newest_readable(folder, folder.checkpoints()) if folder.checkpoints() else None)
+    if found is None:
         log.warning("--resume: no checkpoint under %s; starting from step 0", join(folder.home, "checkpoints"))
         return
-    path, payload = _newest_readable(folder, candidates)
+    path, payload = found
     payload_meta = payload["meta"]
     if payload_meta["manifest_sha256"] != manifest_sha:
         raise CheckpointError(f"{path} was trained on manifest {payload_meta['manifest_sha256'][:12]}…, not "
@@ -261,6 +272,23 @@ class Throughput:
         if not self.peak:
             return {}
         return {"mfu": mfu(tokens_per_s, self.per_token, self.peak, self.devices)}
+
+
+def _shared(read):
+    """`read()` on rank 0, its result (or its CheckpointError) on every rank: one rank touches the files."""
+    if not (torch.distributed.is_initialized() and torch.distributed.get_world_size() > 1):
+        return read()
+    box: list[Any] = [None]
+    if torch.distributed.get_rank() == 0:
+        try:
+            box[0] = ("ok", read())
+        except CheckpointError as exc:
+            box[0] = ("error", str(exc))
+    torch.distributed.broadcast_object_list(box, src=0)
+    kind, value = box[0]
+    if kind == "error":
+        raise CheckpointError(value)
+    return value
 
 
 def _newest_readable(folder: RunFolder, candidates: list[str]) -> tuple[str, dict[str, Any]]:

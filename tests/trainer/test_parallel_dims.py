@@ -14,7 +14,9 @@ def test_sizes_must_be_positive():
         ParallelDims(tp=0, pp=1, cp=1, dp=1, world_size=0)
 
 
-def test_cpu_backend_runs_one_process_only():
-    ParallelDims(1, 1, 1, 1, 1).require_single_device("cpu")
-    with pytest.raises(ParallelDimsError, match="the cpu backend runs tp=pp=cp=dp=1, got tp=2"):
-        ParallelDims(tp=2, pp=1, cp=1, dp=1, world_size=2).require_single_device("cpu")
+def test_cpu_backend_runs_tensor_and_data_parallel_only():
+    ParallelDims(tp=2, pp=1, cp=1, dp=2, world_size=4).require_cpu_layout()
+    with pytest.raises(ParallelDimsError, match="runs tensor and data parallelism only, got pp=2 cp=1"):
+        ParallelDims(tp=1, pp=2, cp=1, dp=1, world_size=2).require_cpu_layout()
+    with pytest.raises(ParallelDimsError, match="context-parallel attention needs Transformer Engine"):
+        ParallelDims(tp=1, pp=1, cp=2, dp=1, world_size=2).require_cpu_layout()

@@ -1,0 +1,81 @@
+"""Tensor and data parallelism on CPUs (gloo, torchrun): the same losses and the same weights as one process.
+
+megatron-core's own ColumnParallelLinear, RowParallelLinear and VocabParallelEmbedding split the model;
+gradients are summed over data-parallel ranks. Pipeline and context parallelism need the cuda backend
+(megatron's pipeline schedules allocate on CUDA; its context-parallel attention needs Transformer Engine):
+the cpu backend refuses them with that message (test_parallel_dims.py).
+"""
+import subprocess
+import sys
+from pathlib import Path
+
+import mlflow
+import pytest
+import torch
+from mlflow.tracking import MlflowClient
+
+from conftest import TINY
+from trainer.checkpoint import read_checkpoint
+
+ROOT = Path(__file__).resolve().parents[2]
+STEPS = 6
+
+
+def run(manifest_path, root: Path, processes: int, *overrides: str, resume: bool = False) -> None:
+    settings = [*TINY, f"schedule.steps={STEPS}", "schedule.checkpoint_interval=3", "schedule.eval_interval=3",
+                f"paths.local={root}/local", f"paths.mlflow_tracking_uri=sqlite:///{root}/mlflow.db",
+                f"paths.mlflow_artifacts={root}/artifacts", f"paths.train_dir={root}/train", *overrides]
+    launcher = ([sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={processes}"]
+                if processes > 1 else [sys.executable])
+    command = [*launcher, "-m", "trainer.train", "--manifest", str(manifest_path),
+               *[a for o in settings for a in ("-o", o)], *(["--resume"] if resume else [])]
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
+
+
+def metric(root: Path, name: str) -> dict[int, float]:
+    mlflow.set_tracking_uri(f"sqlite:///{root}/mlflow.db")
+    client = MlflowClient()
+    runs = client.search_runs([client.get_experiment_by_name("weblm-pretrain").experiment_id])
+    assert len(runs) == 1                    # one MLflow run, logged by rank 0 alone
+    return {m.step: m.value for m in client.get_metric_history(runs[0].info.run_id, name)}
+
+
+@pytest.fixture(scope="module")
+def single(manifest_path, tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("single")
+    run(manifest_path, root, 1)
+    return root
+
+
+@pytest.mark.parametrize("processes,layout", [(2, ["parallel.tp=2"]), (2, ["parallel.dp=2"]),
+                                              (4, ["parallel.tp=2", "parallel.dp=2"])],
+                         ids=["tp2", "dp2", "tp2-dp2"])
+def test_parallel_run_matches_the_single_process(manifest_path, tmp_path, single, processes, layout):
+    run(manifest_path, tmp_path, processes, *layout)
+    for name in ("loss", "grad_norm"):
+        expected, got = metric(single, name), metric(tmp_path, name)
+        assert sorted(got) == list(range(STEPS))
+        for step in range(STEPS):
+            assert got[step] == pytest.approx(expected[step], rel=1e-5, abs=1e-5), (name, step)
+    val_expected, val_got = metric(single, "val_loss"), metric(tmp_path, "val_loss")
+    assert val_got.keys() == val_expected.keys() and all(
+        val_got[s] == pytest.approx(val_expected[s], rel=1e-5) for s in val_got)
+    # rank 0's checkpoint holds the whole model, gathered over tensor-parallel ranks: equal to one process's
+    mine = read_checkpoint(tmp_path / "train" / "checkpoints" / f"step-{STEPS:08d}.pt")["model"]
+    theirs = read_checkpoint(single / "train" / "checkpoints" / f"step-{STEPS:08d}.pt")["model"]
+    tensors = [k for k, v in theirs.items() if torch.is_tensor(v)]
+    assert tensors and all(mine[k].shape == theirs[k].shape for k in tensors)
+    worst = max(((mine[k] - theirs[k]).norm() / theirs[k].norm().clamp_min(1e-12)).item() for k in tensors)
+    assert worst < 1e-4, worst
+    lineage = lambda root: (root / "train" / "lineage" / "batches.jsonl").read_text()
+    assert lineage(tmp_path) == lineage(single)        # rank 0 records the whole global batch
+
+
+def test_a_tensor_parallel_checkpoint_resumes_in_one_process(manifest_path, tmp_path, single):
+    run(manifest_path, tmp_path, 2, "parallel.tp=2", f"schedule.steps={STEPS}")
+    (tmp_path / "train" / "checkpoints" / f"step-{STEPS:08d}.pt").unlink()   # as if killed after step 3
+    run(manifest_path, tmp_path, 1, resume=True)                            # resharded: tp=2 -> tp=1
+    expected, got = metric(single, "loss"), metric(tmp_path, "loss")
+    for step in range(3, STEPS):
+        assert got[step] == pytest.approx(expected[step], rel=1e-5), step
