@@ -22,6 +22,9 @@ class ModelConfig:
     share_embeddings: bool
     vocab_multiple: int
     attention: str
+    num_query_groups: int
+    activation: str
+    add_bias_linear: bool
 
 
 @dataclass(frozen=True)
@@ -133,6 +136,11 @@ class TrainerConfig:
         if m.position_embedding not in ("rope", "learned_absolute"):
             raise ConfigError("model.position_embedding must be rope or learned_absolute, "
                               f"got {m.position_embedding!r}")
+        if m.num_query_groups < 0 or (m.num_query_groups and m.num_attention_heads % m.num_query_groups):
+            raise ConfigError(f"model.num_query_groups {m.num_query_groups} must divide model.num_attention_heads "
+                              f"{m.num_attention_heads} (0 = one group per head)")
+        if m.activation not in ("gelu", "swiglu"):
+            raise ConfigError(f"model.activation must be gelu or swiglu, got {m.activation!r}")
         if m.attention not in ("sdpa", "unfused"):
             raise ConfigError(f"model.attention must be sdpa or unfused, got {m.attention!r}")
         if self.backend not in ("cpu", "cuda"):

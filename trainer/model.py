@@ -31,7 +31,11 @@ def transformer_config(m: ModelConfig, cuda: CudaConfig | None = None) -> Transf
         num_layers=m.num_layers,
         hidden_size=m.hidden_size,
         num_attention_heads=m.num_attention_heads,
+        num_query_groups=m.num_query_groups or None,
         ffn_hidden_size=m.ffn_hidden_size,
+        gated_linear_unit=m.activation == "swiglu",
+        activation_func=torch.nn.functional.silu if m.activation == "swiglu" else torch.nn.functional.gelu,
+        add_bias_linear=m.add_bias_linear,
         normalization=m.normalization,
         hidden_dropout=m.dropout,
         attention_dropout=m.dropout,
@@ -45,7 +49,8 @@ def transformer_config(m: ModelConfig, cuda: CudaConfig | None = None) -> Transf
         # Loss per token summed over the global batch, divided once by its token count (finalize_model_grads).
         calculate_per_token_loss=True,
         # megatron's jit_fuser (torch.compile) fusions; the ones that need Transformer Engine or Apex stay off.
-        bias_activation_fusion=cuda is not None,
+        # megatron fuses bias+GELU and bias+SwiGLU (its bias_swiglu_impl); a plain GELU without bias has nothing to fuse
+        bias_activation_fusion=cuda is not None and (m.add_bias_linear or m.activation == "swiglu"),
         bias_dropout_fusion=cuda is not None,
         cross_entropy_loss_fusion=cuda is not None and cuda.cross_entropy_fusion,
         cross_entropy_fusion_impl="native",

@@ -28,12 +28,16 @@ def _loss_and_grads(model, tokens, positions, mask):
     return loss.detach(), {n: p.grad.clone() for n, p in model.named_parameters()}
 
 
-@pytest.mark.parametrize("document_mask", [False, True], ids=["causal", "document-mask"])
-def test_sdpa_attention_matches_megatrons_unfused_attention(document_mask):
-    cfg = tiny_config("model.attention=unfused")
+LLAMA_STYLE = ("model.activation=swiglu", "model.num_query_groups=2", "model.add_bias_linear=false")
+
+
+@pytest.mark.parametrize("document_mask,shape", [(False, ()), (True, ()), (False, LLAMA_STYLE), (True, LLAMA_STYLE)],
+                         ids=["causal", "document-mask", "gqa-swiglu", "gqa-swiglu-document-mask"])
+def test_sdpa_attention_matches_megatrons_unfused_attention(document_mask, shape):
+    cfg = tiny_config("model.attention=unfused", *shape)
     with open_backend(cfg):
         unfused = build_model(cfg.model, vocab_size=128)
-        sdpa = build_model(tiny_config("model.attention=sdpa").model, vocab_size=128)
+        sdpa = build_model(tiny_config("model.attention=sdpa", *shape).model, vocab_size=128)
         sdpa.load_state_dict(unfused.state_dict())
         assert all(isinstance(l.self_attention.core_attention, SDPAttention) for l in sdpa.decoder.layers)
         assert not any(isinstance(l.self_attention.core_attention, SDPAttention) for l in unfused.decoder.layers)
