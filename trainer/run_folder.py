@@ -107,10 +107,14 @@ class RunFolder:
         return found[-1] if found else None
 
     def save_checkpoint(self, step: int, parts: dict[str, Any], meta: dict[str, Any]) -> str:
+        """Write checkpoint `step`; its location is returned and its sha256 kept in `last_sha256`."""
         if not self.remote:
-            return str(save_checkpoint(self.files.checkpoints, step, parts, meta, self.keep))
+            path = save_checkpoint(self.files.checkpoints, step, parts, meta, self.keep)
+            self.last_sha256 = checksum_path(path).read_text().split()[0]
+            return str(path)
         # Staged copies leave only by upload; the store keeps the newest `keep` (pruned as uploads land).
         path = save_checkpoint(self.files.checkpoints, step, parts, meta, keep=None)
+        self.last_sha256 = checksum_path(path).read_text().split()[0]
         destination = self.location(f"checkpoints/{path.name}")
         self.uploader.submit(checksum_path(path), destination + ".sha256")
         self.uploader.submit(path, destination)

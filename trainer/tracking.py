@@ -75,8 +75,9 @@ def start_run(cfg: TrainerConfig, paths: Paths, manifest: Manifest, model_info: 
     """A new run with params/tags/dataset input, or (resume) the killed run, continued."""
     configure(paths)
     if run_id is not None:
-        return mlflow.start_run(run_id=run_id)
-    run = mlflow.start_run(experiment_id=experiment_id(cfg.experiment, paths))
+        return mlflow.start_run(run_id=run_id, log_system_metrics=True)
+    # System metrics (CPU, memory, disk, network; GPUs where pynvml is installed) every 10 s, beside the run's own.
+    run = mlflow.start_run(experiment_id=experiment_id(cfg.experiment, paths), log_system_metrics=True)
     params = flatten(as_dict(cfg)) | {"manifest_sha256": manifest.sha256} | model_info
     mlflow.log_params(params)
     tags = {"tokenizer_sha256": manifest.tokenizer_sha256, "tokenizer_model": manifest.tokenizer_model,
@@ -93,6 +94,12 @@ def start_run(cfg: TrainerConfig, paths: Paths, manifest: Manifest, model_info: 
                      tags={"manifest_sha256": manifest.sha256, "tokens": str(manifest.total_tokens),
                            "shards": str(len(manifest.shards))})
     return run
+
+
+def log_checkpoint(step: int, location: str, sha256: str) -> None:
+    """Where checkpoint `step` is and its sha256, as a tag: the run names its checkpoints without storing them."""
+    if _ENABLED:
+        mlflow.set_tag(f"checkpoint.step-{step:08d}", f"{location} sha256:{sha256}")
 
 
 def log_step(metrics: dict[str, float], step: int) -> None:

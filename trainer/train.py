@@ -186,6 +186,7 @@ def _steps(cfg: TrainerConfig, manifest: Manifest, folder: RunFolder, engine, lo
             return "rollback", saved
         if val_batches and (step + 1) % cfg.schedule.eval_interval == 0:
             metrics["val_loss"] = engine.evaluate(val_batches)
+            metrics["val_perplexity"] = math.exp(min(metrics["val_loss"], 50.0))
         tracking.log_step({k: v for k, v in metrics.items() if math.isfinite(v)}, step)
         if (step + 1) % cfg.schedule.log_interval == 0 or step + 1 == cfg.schedule.steps:
             log.info(meter.line(step, loss, lr, metrics["grad_norm"], tokens_per_s)
@@ -193,6 +194,8 @@ def _steps(cfg: TrainerConfig, manifest: Manifest, folder: RunFolder, engine, lo
         final = step + 1 == cfg.schedule.steps
         if final or (step + 1) % cfg.schedule.checkpoint_interval == 0:
             saved = folder.save_checkpoint(step + 1, state, _meta(cfg, manifest))
+            if saved is not None:
+                tracking.log_checkpoint(step + 1, saved, folder.last_sha256)
         if stop_after is not None and step + 1 >= stop_after and not final:
             log.warning("stopping after step %d as asked (--stop-after); resume with --resume", step + 1)
             lineage.close()

@@ -1,5 +1,6 @@
 """A finished run: the loss fell, MLflow holds what SEAMS §5 promises, lineage names the right documents."""
 import json
+import math
 from pathlib import Path
 
 import mlflow
@@ -41,7 +42,15 @@ def test_mlflow_run_has_params_metrics_dataset_and_artifacts(trained_run):
     history = client.get_metric_history(run.info.run_id, "loss")
     assert sorted(m.step for m in history) == list(range(40))
     assert {m.step: m.value for m in history}[39] == trained_run["result"]["last_loss"]
-    assert len(client.get_metric_history(run.info.run_id, "val_loss")) == 2
+    val = {m.step: m.value for m in client.get_metric_history(run.info.run_id, "val_loss")}
+    perplexity = {m.step: m.value for m in client.get_metric_history(run.info.run_id, "val_perplexity")}
+    assert len(val) == 2 and all(abs(perplexity[s] - math.exp(v)) < 1e-3 * perplexity[s] for s, v in val.items())
+    assert {m.key for m in client.get_metric_history(run.info.run_id, "skipped_steps")} == {"skipped_steps"}
+    checkpoints = trained_run["out"] / "checkpoints"
+    for step in (20, 40):   # each checkpoint named with its sha256 (schedule.checkpoint_interval=20)
+        location, digest = run.data.tags[f"checkpoint.step-{step:08d}"].split(" sha256:")
+        assert location == str(checkpoints / f"step-{step:08d}.pt")
+        assert digest == (checkpoints / f"step-{step:08d}.pt.sha256").read_text().split()[0]
     (dataset_input,) = run.inputs.dataset_inputs
     assert manifest.sha256.startswith(dataset_input.dataset.digest)
     assert json.loads(dataset_input.dataset.source)["uri"].endswith("manifest.json")
