@@ -1,4 +1,4 @@
-"""Which documents did a checkpoint see?  `python -m trainer.provenance CHECKPOINT [--out FILE]`
+"""Which documents did a checkpoint see?  `python -m trainer.provenance CHECKPOINT [--out FILE] [--step N]`
 
 Reads the run's `lineage/batches.jsonl` up to the checkpoint's step and the manifest's `docs.jsonl`
 sidecars, and names every document the model trained on: doc_id, URL, how many samples drew on it,
@@ -6,6 +6,10 @@ and the first step that did.  The doc_id leads on to `silver.documents`, `bronze
 record (SEAMS §3), so a checkpoint traces back to the fetched URL.  The checkpoint, the lineage, the
 manifest and `--out` may each be a local path or a URI (s3://…); remote ones are read through
 `paths.cache_dir` (`-o paths.cache_dir=DIR`).
+
+`--step N` answers for one training step without the lineage file: a step's global batch is a pure
+function of the seed, the step, the shards and the batches a rollback left out, so it is recomputed
+from the checkpoint's config and the manifest's shards (trainer/data.py).
 """
 from __future__ import annotations
 
@@ -88,6 +92,41 @@ def _default_lineage(checkpoint: str) -> str:
     return str(Path(checkpoint).parent.parent / "lineage" / "batches.jsonl")
 
 
+def step_documents(checkpoint: str | Path, step: int, cache_dir: str | None = None) -> list[dict]:
+    """The samples of training step `step` (0-based) and the documents each drew from, recomputed."""
+    from conf import build
+    from trainer.backend import open_backend
+    from trainer.config import TrainerConfig
+    from trainer.data import build_datasets, global_batch_indices, lineage_record
+    from trainer.stability import batch_index
+
+    checkpoint = str(checkpoint)
+    cache = lambda: cache_dir or load_paths().cache_dir   # noqa: E731
+    payload = _read_checkpoint(checkpoint, cache)
+    meta, progress = payload["meta"], payload["progress"]
+    if not 0 <= step < progress["step"]:
+        raise CheckpointError(f"{checkpoint} was saved after step {progress['step']}: steps 0..{progress['step'] - 1} "
+                              f"trained it, not {step}")
+    # Recomputed on this machine's CPU whatever the run's device and layout: batches depend on neither.
+    cfg = build(TrainerConfig, meta["config"] | {"backend": "cpu", "parallel": {"tp": 1, "pp": 1, "cp": 1, "dp": 1}})
+    location = meta["manifest_path"]
+    manifest = (open_manifest(location, cache(), attempts=1, verify=False) if is_uri(location)
+                else load_manifest(location, verify=False))
+    if manifest.sha256 != meta["manifest_sha256"]:
+        raise ManifestError(f"{manifest.location} has changed since {checkpoint} was trained on it")
+    where = {}
+    for shard in manifest.shards:
+        with open(shard.docs_path) as handle:
+            where.update((row["doc_id"], row.get("url", "")) for row in map(json.loads, handle))
+    with tempfile.TemporaryDirectory(prefix="provenance-index-") as index_cache, open_backend(cfg):
+        datasets = build_datasets(cfg, manifest, Path(index_cache))
+        batch = batch_index(step, progress.get("skip_batches", []))
+        records = [lineage_record(datasets, i) for i in global_batch_indices(batch, cfg.batch.global_batch_size)]
+    for record in records:
+        record["urls"] = [where.get(d, "") for d in record["doc_ids"]]
+    return records
+
+
 def _read_checkpoint(checkpoint: str, cache: Callable[[], str]) -> dict:
     if not is_uri(checkpoint):
         return read_checkpoint(Path(checkpoint))
@@ -106,6 +145,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("checkpoint", help="step-N.pt: a path or a URI")
     parser.add_argument("--lineage", help="batches.jsonl (default: <run>/lineage/batches.jsonl)")
     parser.add_argument("--out", help="write one JSON line per document here (a path or a URI)")
+    parser.add_argument("--step", type=int, help="only this training step (0-based): its samples and documents, "
+                                                 "recomputed from the shards")
     parser.add_argument("-o", dest="overrides", action="append", default=[], metavar="paths.KEY=VALUE",
                         help="override conf/paths.yaml, e.g. paths.cache_dir=/scratch/cache")
     args = parser.parse_args(argv)
@@ -114,6 +155,11 @@ def main(argv: list[str] | None = None) -> int:
         if other:
             raise ConfigError(f"-o {other[0]}: provenance reads only conf/paths.yaml; write paths.KEY=VALUE")
         cache_dir = load_paths(path_overrides).cache_dir
+        if args.step is not None:
+            records = step_documents(args.checkpoint, args.step, cache_dir)
+            text = "".join(json.dumps(r) + "\n" for r in records)
+            storage.write_text(args.out, text) if args.out else sys.stdout.write(text)
+            return 0
         meta, seen = documents_seen(args.checkpoint, args.lineage, cache_dir)
     except (CheckpointError, ManifestError, ConfigError, OSError) as exc:
         print(f"trainer.provenance: {exc}", file=sys.stderr)

@@ -63,3 +63,22 @@ def test_a_changed_manifest_is_refused(trained_run, tmp_path):
     torch.save(payload, run / "checkpoints" / "step-00000040.pt")
     with pytest.raises(ManifestError, match="has changed since"):
         documents_seen(run / "checkpoints" / "step-00000040.pt")
+
+
+def test_one_steps_documents_are_recomputed_without_the_lineage_file(trained_run, tmp_path):
+    checkpoint = trained_run["out"] / "checkpoints" / "step-00000040.pt"
+    recorded = {json.loads(line)["step"]: json.loads(line)["samples"]
+                for line in (trained_run["out"] / "lineage" / "batches.jsonl").read_text().splitlines()}
+    out = tmp_path / "step7.jsonl"
+    proc = subprocess.run([sys.executable, "-m", "trainer.provenance", str(checkpoint), "--step", "7",
+                           "--out", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [{k: v for k, v in r.items() if k != "urls"} for r in rows] == recorded[7]
+    sidecars = {}
+    for docs in Path(trained_run["manifest"]).parent.glob("*.docs.jsonl"):
+        sidecars.update((r["doc_id"], r["url"]) for r in map(json.loads, docs.read_text().splitlines()))
+    assert all(r["urls"] == [sidecars[d] for d in r["doc_ids"]] for r in rows)
+    late = subprocess.run([sys.executable, "-m", "trainer.provenance", str(checkpoint), "--step", "40"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert late.returncode == 2 and "steps 0..39 trained it, not 40" in late.stderr
