@@ -36,6 +36,10 @@ class ExtractSettings:
     meta_sniff_bytes: int
     min_chars: int
     language: str | None
+    extractor: str
+    fallback_min_words: int
+    max_nesting_depth: int
+    max_control_chars: float
     favor_precision: bool
     favor_recall: bool
     include_comments: bool
@@ -63,6 +67,26 @@ class TokenizeSettings:
     bos_id: int
     num_threads: int
     hash_prefix_len: int
+    special_tokens: list[str]
+    heldout_per_mille: int
+    fertility_docs: int
+    batch_rows: int
+
+
+@dataclass(frozen=True)
+class SourceRule:
+    source: str
+    url_pattern: str
+
+
+@dataclass(frozen=True)
+class MixSettings:
+    name: str
+    seed: int
+    total_tokens: int
+    default_source: str
+    rules: list[SourceRule]
+    mixes: dict
 
 
 @dataclass(frozen=True)
@@ -70,6 +94,80 @@ class ExportSettings:
     target_tokens_per_shard: int
     max_shards: int
     staging_dir: str
+    shuffle_seed: int
+    order_buckets: int
+    lineage_table: str
+    mix: MixSettings
+
+
+@dataclass(frozen=True)
+class DedupTables:
+    signals: str
+    bands: str
+    pairs: str
+    documents: str
+    contamination: str
+    output: str
+
+
+@dataclass(frozen=True)
+class ExactDedupSettings:
+    enabled: bool
+    url: bool
+
+
+@dataclass(frozen=True)
+class MinHashSettings:
+    enabled: bool
+    ngram: int
+    num_perm: int
+    bands: int
+    rows: int
+    seed: int
+    threshold: float
+    verify: bool
+    all_pairs_max_bucket: int
+    store_min_jaccard: float
+    batch_rows: int
+
+
+@dataclass(frozen=True)
+class ComponentSettings:
+    max_iterations: int
+    checkpoint: str
+
+
+@dataclass(frozen=True)
+class ParagraphSettings:
+    enabled: bool
+    max_docs: int
+    mode: str
+    within_doc: bool
+    min_doc_chars: int
+
+
+@dataclass(frozen=True)
+class ContaminationSettings:
+    enabled: bool
+    ngram: int
+    eval_sets: list[str]
+    text_fields: list[str]
+    action: str
+    cut_chars: int
+    min_fragment_chars: int
+    max_splits: int
+
+
+@dataclass(frozen=True)
+class DedupSettings:
+    input_table: str
+    tables: DedupTables
+    quality_column: str
+    exact: ExactDedupSettings
+    minhash: MinHashSettings
+    components: ComponentSettings
+    paragraphs: ParagraphSettings
+    contamination: ContaminationSettings
 
 
 @dataclass(frozen=True)
@@ -81,6 +179,7 @@ class JobsConfig:
     extract: ExtractSettings
     tokenize: TokenizeSettings
     export: ExportSettings
+    dedup: DedupSettings
 
 
 def load_jobs_config(overrides: Iterable[str] = ()) -> JobsConfig:

@@ -1,39 +1,43 @@
-"""`gold.tokens` -> Megatron indexed shards + `manifest.json` (SEAMS §4).
+"""`gold.tokens` -> Megatron indexed shards + `manifest.json` + `gold.shard_lineage` (SEAMS §4).
 
     python -m jobs.export [--lake DIR] [-p shards_dir=DIR] [-o export.target_tokens_per_shard=1000000]
     spark-submit jobs/export.py ...
 
-Documents in doc_id order, cut into contiguous shards of about `target_tokens_per_shard` tokens.
-Each shard is written by one task (megatron-core's `IndexedDatasetBuilder`) into a staging
-folder; the driver moves the shards in and writes the manifest last, atomically.  Everything is a
-function of the gold table version (its commit time is the manifest's `created`), so a rerun on
-the same table writes identical bytes.
+1. Tag each document with its source (URL rules) and sample the configured mix: a document gets
+   0, 1 or more copies, decided by a hash of (seed, doc_id) (`jobs.mixing`).
+2. Order every copy by xxhash64(shuffle_seed, doc_id, copy): a seeded global shuffle.  The key space is
+   cut into `order_buckets` ranges; per-bucket document and token sums (a few rows) go to the driver,
+   whose prefix sums give each bucket its global offsets, and a window inside each bucket gives every
+   copy its global token start.  A copy belongs to the shard whose window of `target_tokens_per_shard`
+   tokens holds its first token.  Nothing per document ever reaches the driver.
+3. Executors write the shards in parallel (megatron-core's `IndexedDatasetBuilder`, `jobs.shard_writer`)
+   into a staging folder, each named by its content hash, then check them in parallel (checksums,
+   counts, ids < vocabulary, EOD at every document's end); the driver compares the counts with gold's.
+   Any failure stops here: no manifest, and the message says what and where.
+4. The driver moves the shards in, writes the lineage table, then the manifest, last and atomically,
+   and removes shards no manifest names.  Everything is a function of the gold version and the export
+   settings (the manifest's `created` is gold's commit time), so a rerun writes identical bytes.
 """
-import os
-import sys
-
-if __name__ == "__main__":
-    # `spark-submit jobs/<stage>.py` puts jobs/ first on sys.path, where jobs/tokenize.py would shadow
-    # the standard library's `tokenize` (imported by linecache, hence by logging and tracebacks)
-    _here = os.path.dirname(os.path.abspath(__file__))
-    sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != _here]
-
 import json
 import logging
-import tempfile
 from dataclasses import asdict
 from datetime import timezone
 
 import storage
+from jobs import mixing
 from jobs.base import SparkJob, commit_info, settings_sha256, table_version
-from jobs.shard_writer import plan_shards, token_dtype, write_shard
+from jobs.shard_writer import SHARD_FILES, shard_window, token_dtype, validate_shard, write_shards
 from jobs.text import bpe
 
 log = logging.getLogger("weblm.jobs.export")
 
 FORMAT = "megatron-indexed/1"
 MANIFEST = "manifest.json"
-SHARD_FILES = (".bin", ".idx", ".docs.jsonl")
+MIX_APPLIED_BY = "export"  # SEAMS §4: the shards hold the sampled mix; the trainer blends shards by size only
+
+
+class ExportValidationError(RuntimeError):
+    """Shards that must not be trained on; no manifest was written."""
 
 
 def canonical_sha256(manifest: dict) -> str:
@@ -45,27 +49,28 @@ def canonical_sha256(manifest: dict) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
-def _write_partition(index, rows, folder, dtype, eod_id):
-    """One task = one shard: rows arrive sorted by (shard, i).
+def shard_result_schema():
+    from pyspark.sql import types as T
 
-    megatron-core's builder writes local files, so for a URI the shard is built in a local temp folder
-    on the executor and uploaded (size-checked) into the staging folder.
-    """
-    docs = ((key[1], doc_id, url, tokens) for key, (doc_id, url, tokens) in rows)
-    if not storage.is_uri(folder):
-        yield write_shard(folder, index, docs, dtype, eod_id)
-        return
-    with tempfile.TemporaryDirectory(prefix="weblm-shard-") as local:
-        shard = write_shard(local, index, docs, dtype, eod_id)
-        for suffix in SHARD_FILES:
-            name = shard["prefix"] + suffix
-            storage.put_file(f"{local}/{name}", storage.join(folder, name))
-    yield shard
+    return T.StructType([T.StructField(name, kind) for name, kind in (
+        ("index", T.IntegerType()), ("prefix", T.StringType()), ("documents", T.LongType()),
+        ("tokens", T.LongType()), ("bin_sha256", T.StringType()), ("idx_sha256", T.StringType()),
+        ("docs_sha256", T.StringType()), ("docs", T.StringType()), ("bad_ids", T.LongType()))])
+
+
+def _write_partition(batches, folder, dtype, eod_id, vocab_size):
+    """`mapInArrow` body: the partition's rows, sorted by (shard, i) -> one result row per shard written."""
+    import pyarrow as pa
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    schema = to_arrow_schema(shard_result_schema())
+    for shard in write_shards(batches, folder, dtype, eod_id, vocab_size):
+        yield pa.RecordBatch.from_pylist([{k: shard[k] for k in schema.names}], schema=schema)
 
 
 class ExportJob(SparkJob):
     name = "export"
-    description = "gold.tokens -> Megatron indexed shards + manifest.json"
+    description = "gold.tokens -> Megatron indexed shards + manifest.json + gold.shard_lineage"
 
     def tokenizer_entry(self, digest: str) -> dict:
         model_path, model = bpe.load_model(self.paths.tokenizer_dir, digest, self.cfg.tokenize.hash_prefix_len)
@@ -93,7 +98,7 @@ class ExportJob(SparkJob):
         gold_path = self.table("gold.tokens")
         version = table_version(spark, gold_path)
         if version is None:
-            raise FileNotFoundError(f"no gold.tokens table at {gold_path}; run jobs.tokenize first")
+            raise FileNotFoundError(f"no gold.tokens table at {gold_path}; run the tokenize stage (jobs.tokens) first")
         config_sha = settings_sha256({k: v for k, v in asdict(cfg).items() if k != "staging_dir"})
         self.metrics.extra.update(mode="full" if args.full else "incremental", gold_version=version)
         if not args.full and self.up_to_date(version, config_sha):
@@ -103,76 +108,207 @@ class ExportJob(SparkJob):
         for name in ("silver.documents", "bronze.pages"):
             sources[name] = {"path": self.paths.table(name), "version": table_version(spark, self.table(name))}
         gold = spark.read.format("delta").option("versionAsOf", version).load(gold_path)
-        digests = [r[0] for r in gold.select("tokenizer_sha256").distinct().collect()]
+        digests = [r[0] for r in gold.select("tokenizer_sha256").distinct().limit(2).collect()]
         if not digests:
             raise ValueError(f"gold.tokens v{version} has no documents: every document was filtered out "
                              "upstream; check the extract settings and the jobs' metrics")
         if len(digests) != 1:
-            raise ValueError(f"gold.tokens v{version} mixes {len(digests)} tokenizers {digests}; "
-                             "rerun jobs.tokenize --full")
+            raise ValueError(f"gold.tokens v{version} mixes tokenizers ({', '.join(d[:12] for d in digests)}, ...); "
+                             "rerun the tokenize stage with --full")
         tokenizer = self.tokenizer_entry(digests[0])
         dtype = token_dtype(tokenizer["vocab_size"])
 
-        order = gold.select("doc_id", "n_tokens").orderBy("doc_id").collect()
-        ranges = plan_shards([r.n_tokens for r in order], cfg.target_tokens_per_shard, cfg.max_shards)
-        placement = [(order[i].doc_id, shard, i - start)
-                     for shard, (start, end) in enumerate(ranges) for i in range(start, end)]
-        placed = spark.createDataFrame(placement, "doc_id string, shard int, i int")
-        shards_dir = self.paths.shards_dir
-        staging = storage.join(shards_dir, cfg.staging_dir, f"v{version}-{digests[0][:12]}")
-        storage.remove(staging, recursive=True)
-        storage.makedirs(staging)
-        written = []
-        if ranges:
-            keyed = (gold.join(placed, "doc_id").select("shard", "i", "doc_id", "url", "tokens").rdd
-                     .map(lambda r: ((r.shard, r.i), (r.doc_id, r.url, r.tokens)))
-                     .repartitionAndSortWithinPartitions(len(ranges), partitionFunc=lambda key: key[0]))
-            eod = tokenizer["eod_id"]
-            written = sorted(keyed.mapPartitionsWithIndex(
-                lambda index, rows: _write_partition(index, rows, staging, dtype, eod)).collect(),
-                key=lambda s: s["index"])
-        self.publish(shards_dir, staging, written, sources, tokenizer, dtype, version, gold_path, spark, config_sha)
-        self.metrics.input_rows = len(order)
+        plan = self.plan(spark, gold)
+        try:
+            self.metrics.input_rows = plan["input_documents"]
+            shards_dir = self.paths.shards_dir
+            staging = storage.join(shards_dir, cfg.staging_dir, f"v{version}-{config_sha[:12]}")
+            storage.remove(staging, recursive=True)
+            storage.makedirs(staging)
+            written = self.write(plan["placed"], gold, plan["shards"], staging, tokenizer, dtype)
+            self.validate(spark, staging, written, plan, tokenizer, dtype)
+            lineage = self.write_lineage(spark, plan["placed"], written, sources)
+            self.publish(shards_dir, staging, written, sources, tokenizer, dtype, version, gold_path, spark,
+                         config_sha, plan, lineage)
+        finally:
+            plan["located"].unpersist()
         self.metrics.output_rows = sum(s["documents"] for s in written)
 
-    def publish(self, shards_dir, staging, written, sources, tokenizer, dtype, version, gold_path, spark, config_sha):
-        """Move staged shards in, drop stale ones, write the manifest last (all-or-nothing)."""
+    def write(self, placed, gold, shards: int, staging: str, tokenizer: dict, dtype) -> list[dict]:
+        """Each shard's rows in one partition, in order; the executors write them (`jobs.shard_writer`)."""
+        rows = (placed.select("shard", "i", "doc_id", "url", "source", "copy")
+                .join(gold.select("doc_id", "tokens"), "doc_id")
+                .repartitionByRange(max(1, shards), "shard").sortWithinPartitions("shard", "i")
+                .select("shard", "i", "doc_id", "url", "source", "copy", "tokens"))
+        eod, vocab = tokenizer["eod_id"], tokenizer["vocab_size"]
+        results = rows.mapInArrow(lambda batches: _write_partition(batches, staging, dtype, eod, vocab),
+                                  shard_result_schema()).collect()
+        return sorted((r.asDict() for r in results), key=lambda s: s["index"])
+
+    def plan(self, spark, gold) -> dict:
+        """Sample the mix, shuffle, and place every copy in a shard, from per-bucket sums only."""
+        from pyspark.sql import Window
+        from pyspark.sql import functions as F
+
+        cfg = self.cfg.export
+        weights = mixing.mix_weights(cfg.mix)
+        docs = gold.select("doc_id", "url", "n_tokens").withColumn(
+            "source", mixing.source_column(F.col("url"), cfg.mix.rules, cfg.mix.default_source))
+        counts = docs.groupBy("source").agg(
+            F.count(F.lit(1)).alias("docs"), F.sum(F.col("n_tokens") + 1).alias("tokens"),
+            F.sum(F.when(F.col("n_tokens") == 0, 1).otherwise(0)).alias("empty")).collect()
+        per_source = {r["source"]: (int(r["docs"]), int(r["tokens"]), int(r["empty"])) for r in counts}
+        empty = sum(e for _, _, e in per_source.values())
+        if empty:  # nothing to learn from a lone EOD; counted, not exported
+            self.metrics.skip("empty_document", empty)
+        in_tokens = {s: t - e for s, (_, t, e) in per_source.items()}
+        rates = mixing.sampling_rates(in_tokens, weights, cfg.mix.total_tokens)
+        rate = F.lit(0.0)
+        for source, r in rates.items():
+            rate = F.when(F.col("source") == source, F.lit(float(r))).otherwise(rate)
+        buckets = max(1, cfg.order_buckets)
+        sampled = (docs.where(F.col("n_tokens") > 0)
+                   .withColumn("copies", mixing.copies_column(rate, mixing.unit_hash(cfg.mix.seed, F.col("doc_id"))))
+                   .where(F.col("copies") > 0)
+                   .withColumn("copy", F.explode(F.sequence(F.lit(0), F.col("copies") - 1)))
+                   .withColumn("length", (F.col("n_tokens") + 1).cast("long"))
+                   .withColumn("key", F.xxhash64(F.lit(int(cfg.shuffle_seed)), F.col("doc_id"), F.col("copy")))
+                   .withColumn("bucket", F.least(F.floor((F.col("key").cast("double") / float(2 ** 64) + 0.5)
+                                                         * buckets), F.lit(buckets - 1)).cast("int")))
+        sums = sorted((int(r["bucket"]), int(r["docs"]), int(r["tokens"])) for r in sampled.groupBy("bucket").agg(
+            F.count(F.lit(1)).alias("docs"), F.sum("length").alias("tokens")).collect())
+        offsets, doc_base, token_base = [], 0, 0
+        for bucket, n_docs, n_tokens in sums:  # prefix sums: where each bucket starts, in documents and tokens
+            offsets.append((bucket, doc_base, token_base))
+            doc_base, token_base = doc_base + n_docs, token_base + n_tokens
+        window = shard_window(token_base, cfg.target_tokens_per_shard, cfg.max_shards)
+        in_bucket = Window.partitionBy("bucket").orderBy("key", "doc_id", "copy")
+        starts = spark.createDataFrame(offsets or [(0, 0, 0)], "bucket int, doc_base long, token_base long")
+        located = (sampled.join(F.broadcast(starts), "bucket")
+                   .withColumn("ordinal", F.col("doc_base") + F.row_number().over(in_bucket) - 1)
+                   .withColumn("start", F.col("token_base") + F.sum("length").over(in_bucket) - F.col("length"))
+                   .withColumn("raw_shard", F.floor(F.col("start") / F.lit(window)).cast("long"))
+                   .select("doc_id", "url", "source", "copy", "length", "ordinal", "raw_shard")).persist()
+        stats = sorted((int(r["raw_shard"]), int(r["first"]), int(r["docs"]), int(r["tokens"]))
+                       for r in located.groupBy("raw_shard").agg(
+                           F.min("ordinal").alias("first"), F.count(F.lit(1)).alias("docs"),
+                           F.sum("length").alias("tokens")).collect())
+        shard_rows = [(raw, index, first) for index, (raw, first, _, _) in enumerate(stats)]
+        dense = spark.createDataFrame(shard_rows or [(-1, -1, 0)], "raw_shard long, shard int, first long")
+        placed = (located.join(F.broadcast(dense), "raw_shard")
+                  .withColumn("i", (F.col("ordinal") - F.col("first")).cast("long"))
+                  .select("shard", "i", "doc_id", "url", "source", "copy", "length"))
+        out_tokens = {r["source"]: int(r["tokens"]) for r in
+                      located.groupBy("source").agg(F.sum("length").alias("tokens")).collect()}
+        mix = {"name": cfg.mix.name, "applied_by": MIX_APPLIED_BY, "seed": cfg.mix.seed, "weights": weights,
+               "rates": {s: round(r, 6) for s, r in sorted(rates.items())},
+               "realized": mixing.realized_mix(out_tokens, weights, in_tokens)}
+        self.metrics.extra.update(mix=mix, order_buckets=buckets, shard_window_tokens=window)
+        for source, row in mix["realized"].items():
+            log.info("export: mix %s, source %s: %d -> %d tokens, share %.3f (target %s)", cfg.mix.name, source,
+                     row["input_tokens"], row["tokens"], row["share"], row["target_share"])
+        if not stats:
+            located.unpersist()
+            raise ValueError(f"nothing to export from gold.tokens: {empty} empty documents, and the mix "
+                             f"{cfg.mix.name!r} {weights or '(natural)'} keeps no other; check export.mix")
+        return {"placed": placed, "located": located, "shards": len(stats), "window": window, "mix": mix,
+                "expected": {index: (docs, tokens) for index, (_, _, docs, tokens) in enumerate(stats)},
+                "input_documents": sum(d for d, _, _ in per_source.values()),
+                "gold_tokens": sum(in_tokens.values()), "out_tokens": token_base, "out_documents": doc_base,
+                "natural": not weights}
+
+    def validate(self, spark, staging, written, plan, tokenizer, dtype) -> None:
+        """Every check before a manifest may exist; all problems at once, then stop."""
+        vocab, eod = tokenizer["vocab_size"], tokenizer["eod_id"]
+        problems = []
+        if written:
+            entries = spark.sparkContext.parallelize(written, len(written))
+            problems += entries.flatMap(lambda e: validate_shard(staging, e, vocab, eod, dtype)).collect()
+        expected = plan["expected"]
+        got = {s["index"]: (s["documents"], s["tokens"]) for s in written}
+        for index in sorted(set(expected) | set(got)):
+            if expected.get(index) != got.get(index):
+                problems.append(f"shard {index}: (documents, tokens) planned {expected.get(index)}, "
+                                f"written {got.get(index)}: gold's n_tokens disagrees with its tokens")
+        total = sum(t for _, t in got.values())
+        if total != plan["out_tokens"]:
+            problems.append(f"the shards hold {total} tokens, the plan from gold.tokens says {plan['out_tokens']}")
+        if plan["natural"] and total != plan["gold_tokens"]:
+            problems.append(f"the shards hold {total} tokens (EOD included), gold.tokens holds {plan['gold_tokens']}")
+        self.metrics.extra["validation"] = {"shards_checked": len(written), "problems": problems[:50]}
+        if problems:
+            shown = "\n  ".join(problems[:20])
+            raise ExportValidationError(
+                f"export validation failed with {len(problems)} problem(s); no manifest written, the previous "
+                f"manifest and its shards are untouched, the rejected shards are in {staging}:\n  {shown}")
+
+    def write_lineage(self, spark, placed, written, sources) -> dict:
+        """(shard, i) -> doc_id -> url, warc_file, warc_offset for every exported sequence (overwritten whole)."""
+        from pyspark.sql import functions as F
+
+        path = self.table(self.cfg.export.lineage_table)
+        prefixes = spark.createDataFrame([(s["index"], s["prefix"]) for s in written] or [(-1, "")],
+                                         "shard int, shard_prefix string")
+        silver_version = sources["silver.documents"]["version"]
+        if silver_version is None:  # gold made elsewhere: URLs only
+            silver = spark.createDataFrame([], "doc_id string, warc_file string, warc_offset long")
+        else:
+            silver = (spark.read.format("delta").option("versionAsOf", silver_version)
+                      .load(self.table("silver.documents")).select("doc_id", "warc_file", "warc_offset"))
+        lineage = (placed.join(F.broadcast(prefixes), "shard").join(silver, "doc_id", "left")
+                   .select(F.col("shard_prefix").alias("shard"), "i", "doc_id", "copy", "source", "url",
+                           "warc_file", "warc_offset"))
+        lineage.write.format("delta").mode("overwrite").option("overwriteSchema", "true").save(path)
+        return {"path": self.paths.table(self.cfg.export.lineage_table), "version": table_version(spark, path)}
+
+    def publish(self, shards_dir, staging, written, sources, tokenizer, dtype, version, gold_path, spark,
+                config_sha, plan, lineage):
+        """Move the checked shards in, write the manifest last (atomically), then drop shards nothing names."""
         import numpy as np
 
-        manifest_path = storage.join(shards_dir, MANIFEST)
-        storage.remove(manifest_path)  # no manifest may point at half-replaced shards
-        keep = set()
+        keep = {MANIFEST}
         for shard in written:
             for suffix in SHARD_FILES:
                 name = shard["prefix"] + suffix
-                storage.move(storage.join(staging, name), storage.join(shards_dir, name))
+                target = storage.join(shards_dir, name)
+                if storage.exists(target):  # the name is the content hash: the same bytes are already there
+                    storage.remove(storage.join(staging, name))
+                else:
+                    storage.move(storage.join(staging, name), target)
                 keep.add(name)
-        for entry in storage.listdir(shards_dir):
-            name = entry.rstrip("/").rsplit("/", 1)[-1]
-            if name.startswith("shard-") and name not in keep:
-                storage.remove(entry)
-        storage.remove(storage.join(shards_dir, self.cfg.export.staging_dir), recursive=True)
-        for shard in written:  # the files that arrived are the files that were hashed
-            arrived = storage.sha256(storage.join(shards_dir, shard["prefix"] + ".bin"))
-            if arrived != shard["bin_sha256"]:
-                raise OSError(f"{shard['prefix']}.bin in {shards_dir} has sha256 {arrived[:12]}…, the writer "
-                              f"hashed {shard['bin_sha256'][:12]}…; no manifest written, rerun jobs.export")
+        # the files that arrived are the files that were hashed: checked on the executors, a shard per task
+        hashed = [(s["prefix"], s["bin_sha256"]) for s in written]
+        arrived = (spark.sparkContext.parallelize(hashed, max(1, len(hashed)))
+                   .map(lambda s: (s[0], s[1], storage.sha256(storage.join(shards_dir, s[0] + ".bin")))).collect())
+        for prefix, hashed, found in arrived:
+            if found != hashed:
+                raise ExportValidationError(
+                    f"{prefix}.bin in {shards_dir} has sha256 {found[:12]}…, the writer hashed "
+                    f"{hashed[:12]}…; no manifest written, rerun jobs.export")
         committed = commit_info(spark, gold_path, version)["timestamp"]
-        shards = [{k: s[k] for k in ("prefix", "documents", "tokens", "bin_sha256", "idx_sha256", "docs")}
-                  for s in written]
+        shards = [{k: s[k] for k in ("prefix", "documents", "tokens", "bin_sha256", "idx_sha256", "docs",
+                                     "docs_sha256")} for s in written]
         manifest = {
             "format": FORMAT,
             "created": committed.replace(tzinfo=committed.tzinfo or timezone.utc).isoformat(),
             "sources": sources, "tokenizer": tokenizer, "dtype": np.dtype(dtype).name, "shards": shards,
             "totals": {"documents": sum(s["documents"] for s in shards), "tokens": sum(s["tokens"] for s in shards)},
+            "mix": plan["mix"], "shuffle_seed": self.cfg.export.shuffle_seed, "lineage": lineage,
             "config_sha256": config_sha,
         }
         manifest["sha256"] = canonical_sha256(manifest)
+        manifest_path = storage.join(shards_dir, MANIFEST)
         storage.write_text(manifest_path, json.dumps(manifest, indent=2, ensure_ascii=False) + "\n")
+        for entry in storage.listdir(shards_dir):  # shards of older manifests: nothing names them any more
+            name = entry.rstrip("/").rsplit("/", 1)[-1]
+            if name.startswith("shard-") and name not in keep:
+                storage.remove(entry)
+        storage.remove(storage.join(shards_dir, self.cfg.export.staging_dir), recursive=True)
         log.info("export: %d shards, %d documents, %d tokens (%s) -> %s", len(shards),
                  manifest["totals"]["documents"], manifest["totals"]["tokens"], manifest["dtype"], manifest_path)
         self.metrics.extra.update(manifest=manifest_path, manifest_sha256=manifest["sha256"], shards=len(shards),
-                                  tokens=manifest["totals"]["tokens"], dtype=manifest["dtype"], sources=sources)
+                                  tokens=manifest["totals"]["tokens"], dtype=manifest["dtype"], sources=sources,
+                                  lineage=lineage)
 
 
 if __name__ == "__main__":

@@ -4,20 +4,12 @@
     spark-submit jobs/extract.py ...
 
 Per document: status and content type, size cap (huge pages skipped), charset decoding
-(header -> meta -> fallback with counted replacements), trafilatura main text + title (in a
+(header -> meta -> detected -> fallback with counted replacements), binary and too-deep pages skipped,
+rs-trafilatura main text with trafilatura as its fallback, and the title (in a
 killable child process with a per-document timeout: `jobs.text.sandbox`), minimum length.  Every
 drop has a reason in the job's counters.  Idempotent: silver is synced to what this run derives
 from bronze (MERGE on doc_id: changed rows updated, new inserted, gone deleted).
 """
-import os
-import sys
-
-if __name__ == "__main__":
-    # `spark-submit jobs/<stage>.py` puts jobs/ first on sys.path, where jobs/tokenize.py would shadow
-    # the standard library's `tokenize` (imported by linecache, hence by logging and tracebacks)
-    _here = os.path.dirname(os.path.abspath(__file__))
-    sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != _here]
-
 import logging
 from dataclasses import asdict
 from typing import Iterator
@@ -25,7 +17,7 @@ from typing import Iterator
 from jobs.base import SparkJob, is_empty, merge_table, settings_sha256, upsert_table
 from jobs.config import ExtractSettings
 from jobs.text.main_text import Extracted
-from jobs.text.sandbox import DEFAULT_EXTRACTOR, ExtractionSandbox, load_extractor
+from jobs.text.sandbox import DEFAULT_EXTRACTOR, page_extractor
 
 log = logging.getLogger("weblm.jobs.extract")
 
@@ -64,12 +56,8 @@ def extract_batches(batches: Iterator, cfg: ExtractSettings, extractor: str = DE
     With `extract.sandbox`, one child process per partition runs `extractor` (an import path) under
     `extract.timeout_s`; without it, `extractor` runs in this process.
     """
-    if not cfg.sandbox:
-        extract_in_process = load_extractor(extractor)
-        yield from _extract_batches(batches, cfg, lambda *request: extract_in_process(*request, cfg))
-        return
-    with ExtractionSandbox(cfg, extractor) as sandbox:
-        yield from _extract_batches(batches, cfg, sandbox.extract)
+    with page_extractor(cfg, extractor) as extract:
+        yield from _extract_batches(batches, cfg, extract)
 
 
 def _extract_batches(batches: Iterator, cfg: ExtractSettings, extract) -> Iterator:
@@ -102,7 +90,7 @@ def _extract_batches(batches: Iterator, cfg: ExtractSettings, extract) -> Iterat
 
 class ExtractJob(SparkJob):
     name = "extract"
-    description = "bronze.pages -> silver.documents (trafilatura main text)"
+    description = "bronze.pages -> silver.documents (rs-trafilatura / trafilatura main text)"
 
     def run_job(self, spark, args):
         from pyspark import StorageLevel

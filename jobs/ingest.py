@@ -11,18 +11,10 @@ record is accounted for (records_seen == rows + skips).  Pages are MERGEd into `
 doc_id (insert-only), then each file's summary is MERGEd into `bronze.warc_files`: a file that failed
 or was read in part is read again by the next run.  A run with nothing new commits nothing.
 """
-import os
-import sys
-
-if __name__ == "__main__":
-    # `spark-submit jobs/<stage>.py` puts jobs/ first on sys.path, where jobs/tokenize.py would shadow
-    # the standard library's `tokenize` (imported by linecache, hence by logging and tracebacks)
-    _here = os.path.dirname(os.path.abspath(__file__))
-    sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != _here]
-
 import argparse
 import logging
 import math
+import os
 import uuid
 from collections import Counter
 from datetime import datetime, timezone

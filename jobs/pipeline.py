@@ -13,31 +13,24 @@ idempotent, so running one again is safe.  The run's state (`<lake>/<state_dir>/
 `storage`, so s3:// works) records each stage's status, timing and metrics file; after a failed
 stage, `--resume` starts at the first stage that did not finish ok.
 """
+import argparse
+import importlib
+import json
+import logging
 import os
+import shlex
 import sys
+import time
+import uuid
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Iterable, Sequence
 
-if __name__ == "__main__":
-    # `spark-submit jobs/<stage>.py` puts jobs/ first on sys.path, where jobs/tokenize.py would shadow
-    # the standard library's `tokenize` (imported by linecache, hence by logging and tracebacks)
-    _here = os.path.dirname(os.path.abspath(__file__))
-    sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != _here]
-
-import argparse  # noqa: E402
-import importlib  # noqa: E402
-import json  # noqa: E402
-import logging  # noqa: E402
-import shlex  # noqa: E402
-import time  # noqa: E402
-import uuid  # noqa: E402
-from dataclasses import dataclass  # noqa: E402
-from datetime import datetime, timezone  # noqa: E402
-from typing import Iterable, Sequence  # noqa: E402
-
-import storage  # noqa: E402
-from conf import ConfigError, load, split_paths_overrides  # noqa: E402
-from conf.paths import load_paths  # noqa: E402
-from jobs.base import build_session  # noqa: E402
-from jobs.config import load_jobs_config  # noqa: E402
+import storage
+from conf import ConfigError, load, split_paths_overrides
+from conf.paths import load_paths
+from jobs.base import build_session
+from jobs.config import load_jobs_config
 
 log = logging.getLogger("weblm.jobs.pipeline")
 
@@ -60,7 +53,7 @@ class Stage:
 STAGES: tuple[Stage, ...] = (
     Stage("ingest", "jobs.ingest:IngestJob", (), "WARC files -> bronze.pages"),
     Stage("extract", "jobs.extract:ExtractJob", ("ingest",), "bronze.pages -> silver.documents"),
-    Stage("tokenize", "jobs.tokenize:TokenizeJob", ("extract",), "silver.documents -> BPE tokenizer + gold.tokens"),
+    Stage("tokenize", "jobs.tokens:TokenizeJob", ("extract",), "silver.documents -> BPE tokenizer + gold.tokens"),
     Stage("export", "jobs.export:ExportJob", ("tokenize",), "gold.tokens -> Megatron shards + manifest.json"),
 )
 STAGE_NAMES = tuple(s.name for s in STAGES)

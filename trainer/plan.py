@@ -554,7 +554,11 @@ def model_shape(cfg: PlanConfig, overrides: dict[str, Any]) -> ModelShape:
         section = read_section("trainer").get("model") or {}
         heads = section.get("num_attention_heads")
         data = {key: section[key] for key in SHAPE_KEYS if key in section}
-        data = {"num_query_groups": heads, **asdict(cfg.trainer_model), **data}
+        if not data.get("num_query_groups"):   # the trainer's 0 = one group per head
+            data["num_query_groups"] = heads
+        if "activation" in section:
+            data["gated_linear_unit"] = section["activation"] == "swiglu"
+        data = {**asdict(cfg.trainer_model), **data}
     elif cfg.model in cfg.presets:
         data = dict(cfg.presets[cfg.model])
     else:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+from collections import Counter
 from typing import Iterable, Iterator
 
 import sentencepiece as spm
@@ -19,19 +20,30 @@ MODEL_FILE = "spm.model"
 _loaded: dict[str, spm.SentencePieceProcessor] = {}  # one processor per model, per Python worker
 
 
-def training_lines(texts: Iterable[str]) -> Iterator[str]:
-    """Documents -> non-empty lines: SentencePiece trains on sentences, and drops overlong ones."""
+def training_lines(texts: Iterable[str], max_bytes: int = 0, dropped: Counter | None = None) -> Iterator[str]:
+    """Documents -> non-empty lines: SentencePiece trains on sentences.  Lines over `max_bytes` UTF-8 bytes,
+    which SentencePiece would skip with a log line nobody sees, are dropped here and counted in `dropped`."""
     for text in texts:
-        for line in text.splitlines():
-            if line.strip():
-                yield line
+        for line in (text or "").splitlines():
+            if not line.strip():
+                continue
+            size = len(line.encode("utf-8")) if max_bytes else 0
+            if max_bytes and size > max_bytes:
+                if dropped is not None:
+                    dropped["lines_too_long"] += 1
+                    dropped["bytes_too_long"] += size
+                continue
+            if dropped is not None:
+                dropped["lines"] += 1
+            yield line
 
 
-def train_bpe(texts: Iterable[str], cfg: TokenizeSettings) -> bytes:
-    """A BPE model trained on `texts`, as bytes."""
+def train_bpe(texts: Iterable[str], cfg: TokenizeSettings, dropped: Counter | None = None) -> bytes:
+    """A BPE model trained on `texts`, as bytes; `dropped` counts the lines used and the overlong ones left out."""
     model = io.BytesIO()
     spm.SentencePieceTrainer.train(
-        sentence_iterator=training_lines(texts), model_writer=model, model_type="bpe",
+        sentence_iterator=training_lines(texts, cfg.max_sentence_length, dropped), model_writer=model,
+        model_type="bpe", user_defined_symbols=list(cfg.special_tokens),
         vocab_size=cfg.vocab_size, hard_vocab_limit=False, byte_fallback=cfg.byte_fallback,
         character_coverage=cfg.character_coverage, normalization_rule_name=cfg.normalization_rule_name,
         remove_extra_whitespaces=cfg.remove_extra_whitespaces, split_digits=cfg.split_digits,
@@ -66,7 +78,7 @@ def load_model(tokenizer_dir: str, digest: str, prefix_len: int) -> tuple[str, b
     """The model with this sha256 from `tokenizer_dir`, checked; a clear error when it is missing or altered."""
     path = model_path(tokenizer_dir, digest, prefix_len)
     if not storage.exists(path):
-        raise FileNotFoundError(f"tokenizer {digest[:12]}… is missing at {path}; rerun jobs.tokenize (with --full "
+        raise FileNotFoundError(f"tokenizer {digest[:12]}… is missing at {path}; rerun jobs.tokens (with --full "
                                 "to train a new one) or restore the model")
     model = storage.read_bytes(path)
     if sha256_hex(model) != digest:

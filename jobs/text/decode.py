@@ -1,5 +1,6 @@
-"""HTML bytes -> str: BOM, then the declared charset (HTTP header), then <meta charset>, then a
-fallback decoded with errors="replace" whose replacement characters are counted."""
+"""HTML bytes -> str: BOM, then the declared charset (HTTP header), then <meta charset>, then UTF-8,
+then the charset detected from the bytes (a page that declares UTF-8 but is windows-1251 is common),
+then a fallback decoded with errors="replace" whose replacement characters are counted."""
 from __future__ import annotations
 
 import codecs
@@ -9,6 +10,8 @@ from typing import Mapping
 
 # <meta charset="x"> and <meta http-equiv="Content-Type" content="text/html; charset=x">
 _META_CHARSET = re.compile(rb"<meta[^>]+charset\s*=\s*[\"']?\s*([A-Za-z0-9_.:-]+)", re.I)
+_DETECT_BYTES = 65536  # charset detection reads this much: enough for a confident guess, cheap on huge pages
+_DETECT_MIN_BYTES = 1024  # below this, guesses are noise (11 bytes of cp1252 come out as cp1006, Urdu)
 _BOMS = ((codecs.BOM_UTF8, "utf-8-sig"), (codecs.BOM_UTF16_LE, "utf-16"), (codecs.BOM_UTF16_BE, "utf-16"))
 
 
@@ -16,7 +19,7 @@ _BOMS = ((codecs.BOM_UTF8, "utf-8-sig"), (codecs.BOM_UTF16_LE, "utf-16"), (codec
 class Decoded:
     text: str
     encoding: str          # the codec that produced `text`
-    source: str            # bom | header | meta | utf-8 | fallback
+    source: str            # bom | header | meta | utf-8 | detected | fallback
     replacements: int      # U+FFFD characters introduced by errors="replace" (0 unless source=fallback)
 
 
@@ -30,6 +33,14 @@ def _codec(label: str | None, aliases: Mapping[str, str]) -> str | None:
         return codecs.lookup(label).name
     except LookupError:
         return None
+
+
+def _detected_codec(sample: bytes) -> str | None:
+    """charset-normalizer's best guess for bytes that no declared charset decodes, or None."""
+    import charset_normalizer  # trafilatura's own dependency; imported only for the rare undecodable page
+
+    best = charset_normalizer.from_bytes(sample).best()
+    return _codec(best.encoding, {}) if best is not None else None
 
 
 def meta_charset(head: bytes) -> str | None:
@@ -53,6 +64,12 @@ def decode_html(data: bytes, declared: str | None = None, *, aliases: Mapping[st
             return Decoded(data.decode(codec), codec, source, 0)
         except (UnicodeDecodeError, LookupError):
             continue
+    detected = _detected_codec(data[:_DETECT_BYTES]) if len(data) >= _DETECT_MIN_BYTES else None
+    if detected:
+        try:
+            return Decoded(data.decode(detected), detected, "detected", 0)
+        except (UnicodeDecodeError, LookupError):
+            pass  # the sample decoded, the whole page does not: the counted fallback below
     codec = next((c for _, c in candidates[:2] if c), None) or _codec(fallback, aliases) or "utf-8"
     before = data.count("\ufffd".encode("utf-8")) if codec.startswith("utf") else 0
     text = data.decode(codec, errors="replace")

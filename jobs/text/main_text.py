@@ -1,10 +1,17 @@
 """bronze row -> silver document or (skip, reason): the per-document filter of `jobs.extract`.
 
 Datatrove's shape: `filter(doc) -> doc | (None, reason)`; the reasons become the job's counters.
+The extractor is rs-trafilatura (Rust, page-type aware) with trafilatura as the fallback on pages
+where it finds almost nothing, or trafilatura alone (`extract.extractor`); both get the same
+`extract.*` switches.  The title comes with rs-trafilatura's result, or from the page head: never
+through trafilatura's `with_metadata`, which costs about a third of its time.
 """
 from __future__ import annotations
 
+import html as html_entities
+import itertools
 import logging
+import re
 from dataclasses import dataclass
 
 import trafilatura
@@ -15,6 +22,15 @@ from jobs.text.decode import decode_html
 log = logging.getLogger("weblm.jobs.extract")
 logging.getLogger("trafilatura").setLevel(logging.ERROR)  # it logs every page it finds too short
 
+EXTRACTORS = ("rs_trafilatura", "trafilatura")
+_SNIFF_CHARS = 65536  # the binary check and the head's <title> look at this much of the page
+_TITLE = re.compile(r"<title[^>]*>(.*?)</title\s*>", re.I | re.S)
+_CONTROL = re.compile(r"[\x00-\x08\x0b\x0e-\x1f]")  # C0 controls that text never holds (tab, newlines, form feed do)
+_OPEN_TAG = re.compile(rb"<[A-Za-z]")
+_VOID = b"area|base|br|col|embed|hr|img|input|link|meta|param|source|track|wbr|basefont|frame|keygen"
+_TAG = re.compile(rb"<(/?)(?!(?:" + _VOID + rb")[\s/>])[A-Za-z][^>]*?(/?)>", re.I)
+_DEPTH_STEP = {(b"", b""): 1, (b"/", b""): -1, (b"", b"/"): 0, (b"/", b"/"): -1}
+
 
 @dataclass(frozen=True)
 class Extracted:
@@ -23,22 +39,67 @@ class Extracted:
     encoding: str
     decode_source: str
     replacements: int
+    page_type: str | None = None  # rs-trafilatura's page type (article, forum, product, ...); None from trafilatura
+
+
+def nesting_depth(html: bytes, at_least: int = 0) -> int:
+    """The deepest element nesting of the page (void and self-closed elements do not nest).
+
+    A page with no more opening tags than `at_least` cannot be deeper: it is answered from a count
+    of tags (~0.3 ms for 100 KB) instead of the full scan (~3 ms).
+    """
+    opening = len(_OPEN_TAG.findall(html))
+    if opening <= at_least:
+        return opening
+    steps = (_DEPTH_STEP[match] for match in _TAG.findall(html))
+    return max(itertools.accumulate(steps), default=0)
+
+
+def head_title(html: str) -> str | None:
+    """The page's <title>, whitespace collapsed and entities decoded; None when it has none."""
+    match = _TITLE.search(html, 0, _SNIFF_CHARS)
+    title = " ".join(html_entities.unescape(match.group(1)).split()) if match else ""
+    return title or None
+
+
+def _trafilatura(html: str, url: str | None, cfg: ExtractSettings) -> str:
+    text = trafilatura.extract(
+        html, url=url, favor_precision=cfg.favor_precision, favor_recall=cfg.favor_recall,
+        include_comments=cfg.include_comments, include_tables=cfg.include_tables,
+        deduplicate=cfg.deduplicate, with_metadata=False)
+    return (text or "").strip()
+
+
+def _rs_trafilatura(html: str, url: str | None, cfg: ExtractSettings):
+    import rs_trafilatura  # imported on first use: only the rs_trafilatura setting needs it
+
+    result = rs_trafilatura.extract(
+        html, url=url, favor_precision=cfg.favor_precision, favor_recall=cfg.favor_recall,
+        include_comments=cfg.include_comments, include_tables=cfg.include_tables)
+    return (result.title or "").strip() or None, (result.main_content or "").strip(), result.page_type
 
 
 def main_text(html: str, url: str | None, cfg: ExtractSettings):
-    """trafilatura's main text and title, or None when it finds no main content."""
-    document = trafilatura.bare_extraction(
-        html, url=url, with_metadata=True, favor_precision=cfg.favor_precision,
-        favor_recall=cfg.favor_recall, include_comments=cfg.include_comments,
-        include_tables=cfg.include_tables, deduplicate=cfg.deduplicate)
-    if document is None or not (document.text or "").strip():
-        return None
-    return (document.title or None), document.text.strip()
+    """(title, main text, page type), or None when no extractor finds main content."""
+    if cfg.extractor == "trafilatura":
+        title, text, page_type = head_title(html), _trafilatura(html, url, cfg), None
+    elif cfg.extractor == "rs_trafilatura":
+        title, text, page_type = _rs_trafilatura(html, url, cfg)
+        words = len(text.split())
+        if words < cfg.fallback_min_words:  # rs-trafilatura misses some forums' posts and short pages
+            fallback = _trafilatura(html, url, cfg)
+            if len(fallback.split()) > words:
+                text = fallback
+    else:
+        raise ValueError(f"extract.extractor is {cfg.extractor!r}; use one of {', '.join(EXTRACTORS)}")
+    return (title, text, page_type) if text else None
 
 
 def extract_document(html: bytes | None, status: int | None, content_type: str | None,
                      charset: str | None, url: str | None, cfg: ExtractSettings) -> Extracted | str:
     """The document's main text, or the reason it was skipped."""
+    if cfg.extractor not in EXTRACTORS:  # a setting error fails the task with this message, not every page
+        raise ValueError(f"extract.extractor is {cfg.extractor!r}; use one of {', '.join(EXTRACTORS)}")
     if status not in cfg.statuses:
         return "bad_status"
     if (content_type or "") not in cfg.content_types:
@@ -47,8 +108,13 @@ def extract_document(html: bytes | None, status: int | None, content_type: str |
         return "empty_page"
     if len(html) > cfg.max_html_bytes:
         return "too_large"
+    if nesting_depth(html, at_least=cfg.max_nesting_depth) > cfg.max_nesting_depth:
+        return "too_deep"
     decoded = decode_html(html, charset, aliases=cfg.charset_aliases, fallback=cfg.fallback_encoding,
                           sniff_bytes=cfg.meta_sniff_bytes)
+    sniff = decoded.text[:_SNIFF_CHARS]
+    if len(_CONTROL.findall(sniff)) > cfg.max_control_chars * len(sniff):
+        return "binary_content"
     try:
         found = main_text(decoded.text, url, cfg)
     except Exception as exc:  # trafilatura/lxml raise many types on odd trees: count, never crash the task
@@ -56,7 +122,7 @@ def extract_document(html: bytes | None, status: int | None, content_type: str |
         return "extractor_error"
     if found is None:
         return "no_main_text"
-    title, text = found
+    title, text, page_type = found
     if len(text) < cfg.min_chars:
         return "too_short"
-    return Extracted(title, text, decoded.encoding, decoded.source, decoded.replacements)
+    return Extracted(title, text, decoded.encoding, decoded.source, decoded.replacements, page_type)

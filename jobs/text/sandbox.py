@@ -14,6 +14,9 @@ re-imports the parent's main module: a script that uses the sandbox needs the `_
 
     with ExtractionSandbox(cfg) as sandbox:
         result = sandbox.extract(html, status, content_type, charset, url)  # Extracted | reason
+
+`page_extractor(cfg)` is the one entry point of every caller (the Spark job, `jobs.text.extract_files`):
+the sandbox or, with `extract.sandbox=false`, the extractor in this process.
 """
 from __future__ import annotations
 
@@ -23,6 +26,8 @@ import multiprocessing
 import os
 import threading
 import time
+from contextlib import contextmanager
+from typing import Callable, Iterator
 
 from jobs.config import ExtractSettings
 
@@ -128,7 +133,20 @@ class ExtractionSandbox:
     def __exit__(self, *exc) -> None:
         self.close()
 
+    def cpu_seconds(self) -> float:
+        """CPU time (user + system) of the live child so far: the extraction's cost on one core,
+        whatever else the machine runs; 0 before the first document."""
+        if self._process is None:
+            return 0.0
+        import psutil
+
+        times = psutil.Process(self._process.pid).cpu_times()
+        return times.user + times.system
+
     # -- work --------------------------------------------------------------------------------------
+    def __call__(self, html, status, content_type, charset, url):
+        return self.extract(html, status, content_type, charset, url)
+
     def extract(self, html, status, content_type, charset, url):
         """The extractor's result for one document, or `extract_timeout` / `extractor_crashed`."""
         if self._process is None:
@@ -148,3 +166,15 @@ class ExtractionSandbox:
                         "restarted, document skipped as extractor_crashed", url, self._process.exitcode)
             self._kill()
             return "extractor_crashed"
+
+
+@contextmanager
+def page_extractor(cfg: ExtractSettings, extractor: str = DEFAULT_EXTRACTOR) -> Iterator[Callable]:
+    """`extract(html, status, content_type, charset, url) -> Extracted | reason`, as `extract.sandbox` says:
+    in a killable child process (one per `with`: the `ExtractionSandbox` itself), or in this process."""
+    if not cfg.sandbox:
+        extract_in_process = load_extractor(extractor)
+        yield lambda *request: extract_in_process(*request, cfg)
+        return
+    with ExtractionSandbox(cfg, extractor) as sandbox:
+        yield sandbox

@@ -153,7 +153,7 @@ def pipeline(spark, crawl, tmp_path_factory) -> Pipeline:
     from jobs.export import ExportJob
     from jobs.extract import ExtractJob
     from jobs.ingest import IngestJob
-    from jobs.tokenize import TokenizeJob
+    from jobs.tokens import TokenizeJob
 
     root = tmp_path_factory.mktemp("pipeline")
     run = Pipeline(root, root / "lake", root / "tokenizer", root / "shards", {})

@@ -1,44 +1,55 @@
-"""jobs.export: Megatron indexed shards + manifest (SEAMS §4), read back by megatron-core."""
+"""jobs.export: Megatron indexed shards + manifest (SEAMS §4), written by the executors, checked before a
+manifest exists, read back by megatron-core's IndexedDataset and GPTDataset."""
 import hashlib
 import json
+import re
+import shutil
 
 import numpy as np
+import pytest
 from deltalake import DeltaTable
 
-from jobs.export import ExportJob, canonical_sha256
-from jobs.shard_writer import plan_shards
+from jobs.export import ExportJob, ExportValidationError, canonical_sha256
+from jobs.shard_writer import ShardWriter, assign_shards, content_name, shard_window, token_dtype, validate_shard
+from shard_readback import gpt_samples_match, indexed_documents
+
+SHARD_NAME = re.compile(r"^shard-\d{5}-[0-9a-f]{16}$")
 
 
 def sha(path):
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def test_plan_cuts_contiguous_ranges_by_tokens():
-    assert plan_shards([3, 3, 3, 3, 3], 8) == [(0, 2), (2, 4), (4, 5)]
-    assert plan_shards([3, 3, 3, 3, 3], 1, max_shards=2) == [(0, 3), (3, 5)]
-    assert plan_shards([], 10) == []
+def rows(path):
+    return DeltaTable(str(path)).to_pyarrow_table().to_pylist()
 
 
-def test_shards_read_back_with_eod_and_gold_tokens(pipeline):
-    from megatron.core.datasets.indexed_dataset import IndexedDataset
+def test_placement_goes_by_the_window_of_each_first_token():
+    assert assign_shards([3, 3, 3, 3, 3], 8) == [0, 0, 0, 1, 1]   # starts 0 3 6 | 9 12
+    assert assign_shards([20, 1, 1], 8) == [0, 1, 1]              # windows 1 and 2 hold no first token: skipped
+    assert assign_shards([], 10) == []
+    assert shard_window(100, 10) == 10 and shard_window(100, 10, max_shards=4) == 25
 
+
+def test_shards_read_back_with_eod_and_gold_tokens(pipeline, tmp_path):
     manifest = json.loads((pipeline.shards_dir / "manifest.json").read_text())
-    eod = manifest["tokenizer"]["eod_id"]
-    gold = {r["doc_id"]: r for r in DeltaTable(str(pipeline.lake / "gold" / "tokens")).to_pyarrow_table().to_pylist()}
+    eod, vocab = manifest["tokenizer"]["eod_id"], manifest["tokenizer"]["vocab_size"]
+    gold = {r["doc_id"]: r for r in rows(pipeline.lake / "gold" / "tokens")}
     seen = []
     assert len(manifest["shards"]) >= 2  # the fixture is cut into several shards
     for shard in manifest["shards"]:
-        dataset = IndexedDataset(str(pipeline.shards_dir / shard["prefix"]))
+        prefix = str(pipeline.shards_dir / shard["prefix"])
+        documents = indexed_documents(prefix)
         docs = [json.loads(line) for line in (pipeline.shards_dir / shard["docs"]).read_text().splitlines()]
-        assert len(dataset) == shard["documents"] == len(docs)
-        assert int(dataset.sequence_lengths.sum()) == shard["tokens"]
-        assert dataset.index.dtype == np.uint16
-        for i, doc in enumerate(docs):
-            tokens = dataset[i]
+        assert len(documents) == shard["documents"] == len(docs)
+        assert sum(map(len, documents)) == shard["tokens"]
+        for i, (doc, tokens) in enumerate(zip(docs, documents)):
             assert doc["i"] == i and doc["n_tokens"] == gold[doc["doc_id"]]["n_tokens"] == len(tokens) - 1
-            assert tokens[-1] == eod and tokens[:-1].tolist() == gold[doc["doc_id"]]["tokens"]
+            assert tokens[-1] == eod and tokens[:-1] == gold[doc["doc_id"]]["tokens"]
             seen.append(doc["doc_id"])
-    assert seen == sorted(gold)  # every document once, in doc_id order
+        assert gpt_samples_match(prefix, vocab, eod, 32, str(tmp_path / "cache")) > 0
+    assert sorted(seen) == sorted(gold)  # every document once (the natural mix), in the shuffled order
+    assert seen != sorted(seen)
 
 
 def test_manifest_matches_files_tables_and_tokenizer(pipeline):
@@ -46,8 +57,10 @@ def test_manifest_matches_files_tables_and_tokenizer(pipeline):
     assert manifest["format"] == "megatron-indexed/1" and manifest["dtype"] == "uint16"
     assert manifest["sha256"] == canonical_sha256(manifest)
     for shard in manifest["shards"]:
-        assert sha(pipeline.shards_dir / (shard["prefix"] + ".bin")) == shard["bin_sha256"]
-        assert sha(pipeline.shards_dir / (shard["prefix"] + ".idx")) == shard["idx_sha256"]
+        assert SHARD_NAME.match(shard["prefix"])
+        files = [sha(pipeline.shards_dir / (shard["prefix"] + s)) for s in (".bin", ".idx", ".docs.jsonl")]
+        assert files == [shard["bin_sha256"], shard["idx_sha256"], shard["docs_sha256"]]
+        assert shard["prefix"] == content_name(int(shard["prefix"][6:11]), *files)  # named by its content
     for name, layer in (("gold.tokens", "gold/tokens"), ("silver.documents", "silver/documents"),
                         ("bronze.pages", "bronze/pages")):
         assert manifest["sources"][name]["version"] == DeltaTable(str(pipeline.lake / layer)).version()
@@ -55,9 +68,26 @@ def test_manifest_matches_files_tables_and_tokenizer(pipeline):
     assert sha(pipeline.tokenizer_dir / tokenizer["sha256"][:16] / "spm.model") == tokenizer["sha256"]
     assert tokenizer["model"].endswith(f"{tokenizer['sha256'][:16]}/spm.model")
     assert (tokenizer["eod_id"], tokenizer["pad_id"], tokenizer["type"]) == (2, 0, "sentencepiece-bpe")
-    gold = DeltaTable(str(pipeline.lake / "gold" / "tokens")).to_pyarrow_table().to_pylist()
+    gold = rows(pipeline.lake / "gold" / "tokens")
     assert manifest["totals"] == {"documents": len(gold), "tokens": sum(r["n_tokens"] + 1 for r in gold)}
+    assert manifest["mix"]["applied_by"] == "export" and manifest["mix"]["name"] == "natural"
+    assert all(r["share"] == r["target_share"] for r in manifest["mix"]["realized"].values())
     assert not (pipeline.shards_dir / "_staging").exists()
+
+
+def test_lineage_leads_from_each_sequence_to_its_warc_record(pipeline):
+    manifest = json.loads((pipeline.shards_dir / "manifest.json").read_text())
+    lineage = {(r["shard"], r["i"]): r for r in rows(pipeline.lake / "gold" / "shard_lineage")}
+    assert manifest["lineage"]["version"] == DeltaTable(str(pipeline.lake / "gold" / "shard_lineage")).version()
+    silver = {r["doc_id"]: r for r in rows(pipeline.lake / "silver" / "documents")}
+    assert len(lineage) == manifest["totals"]["documents"]
+    for shard in manifest["shards"]:
+        for line in (pipeline.shards_dir / shard["docs"]).read_text().splitlines():
+            doc = json.loads(line)
+            row = lineage[(shard["prefix"], doc["i"])]
+            assert row["doc_id"] == doc["doc_id"] and row["url"] == silver[doc["doc_id"]]["url"]
+            assert (row["warc_file"], row["warc_offset"]) == (silver[doc["doc_id"]]["warc_file"],
+                                                              silver[doc["doc_id"]]["warc_offset"])
 
 
 def test_rerun_is_byte_identical(pipeline):
@@ -67,12 +97,107 @@ def test_rerun_is_byte_identical(pipeline):
     assert after == before and "manifest.json" in after
 
 
+def export_to(pipeline, out, *extra):
+    args = [a.replace(str(pipeline.shards_dir), str(out)) for a in pipeline.args()]
+    return ExportJob().run(args + ["-o", "export.lineage_table=gold.lineage_scratch", *extra])
+
+
+def test_the_same_seed_gives_the_same_shards_another_seed_another_order(pipeline, tmp_path):
+    first = json.loads((pipeline.shards_dir / "manifest.json").read_text())
+    export_to(pipeline, tmp_path / "again", "--full")
+    again = json.loads((tmp_path / "again" / "manifest.json").read_text())
+    assert again["shards"] == first["shards"]
+    export_to(pipeline, tmp_path / "other", "-o", "export.shuffle_seed=7")
+    other = json.loads((tmp_path / "other" / "manifest.json").read_text())
+    assert other["totals"] == first["totals"] and other["shards"] != first["shards"]
+
+
 def test_fewer_shards_replace_the_old_ones(pipeline, tmp_path):
     out = tmp_path / "shards"
-    args = [a.replace(str(pipeline.shards_dir), str(out)) for a in pipeline.args()]
-    ExportJob().run(args)
-    ExportJob().run(args + ["-o", "export.max_shards=1", "-o", "export.target_tokens_per_shard=1"])
+    export_to(pipeline, out)
+    export_to(pipeline, out, "-o", "export.max_shards=1", "-o", "export.target_tokens_per_shard=1")
     manifest = json.loads((out / "manifest.json").read_text())
-    assert [s["prefix"] for s in manifest["shards"]] == ["shard-00000"]
-    assert sorted(p.name for p in out.iterdir()) == ["manifest.json", "shard-00000.bin", "shard-00000.docs.jsonl",
-                                                     "shard-00000.idx"]
+    (prefix,) = [s["prefix"] for s in manifest["shards"]]
+    assert prefix.startswith("shard-00000-")
+    assert sorted(p.name for p in out.iterdir()) == ["manifest.json"] + sorted(
+        prefix + s for s in (".bin", ".docs.jsonl", ".idx"))
+
+
+def test_a_weighted_mix_samples_sources_by_hash_and_reports_the_realized_mix(pipeline, tmp_path):
+    """otters.weblm.test is tagged `otters` by a rule; a mix asking for 3/4 otters up-samples them."""
+    out = tmp_path / "mixed"
+    metrics = export_to(pipeline, out, "-o", 'export.mix.rules=[{source: otters, url_pattern: "otters\\\\.weblm"}]',
+                        "-o", "export.mix.name=otter_heavy",
+                        "-o", "export.mix.mixes={otter_heavy: {otters: 3, web: 1}}")
+    manifest = json.loads((out / "manifest.json").read_text())
+    realized = manifest["mix"]["realized"]
+    assert realized["otters"]["target_share"] == 0.75 and manifest["mix"] == metrics.extra["mix"]
+    assert realized["otters"]["share"] > realized["otters"]["input_tokens"] / sum(
+        r["input_tokens"] for r in realized.values())
+    sequences = [json.loads(line) for s in manifest["shards"] for line in (out / s["docs"]).read_text().splitlines()]
+    copies = {}
+    for doc in sequences:
+        assert (doc["source"] == "otters") == ("otters.weblm.test" in doc["url"])
+        copies.setdefault(doc["doc_id"], []).append(doc["copy"])
+    assert all(sorted(c) == list(range(len(c))) for c in copies.values())  # copy 0..k-1, each once
+    assert max(len(c) for c in copies.values()) >= 2  # up-sampled
+
+
+def with_one_gold_row_changed(pipeline, spark, tmp_path, assignments: str):
+    """A copy of the pipeline's lake with `SET assignments` applied to one gold row; export arguments for it."""
+    lake = tmp_path / "lake"
+    shutil.copytree(pipeline.lake, lake)
+    gold = lake / "gold" / "tokens"
+    doc_id = sorted(r["doc_id"] for r in rows(gold))[0]
+    spark.sql(f"UPDATE delta.`{gold}` SET {assignments} WHERE doc_id = '{doc_id}'")
+    args = [a.replace(str(pipeline.lake), str(lake)).replace(str(pipeline.shards_dir), str(tmp_path / "shards"))
+            for a in pipeline.args()]
+    return gold, args
+
+
+def test_a_failed_check_writes_no_manifest_and_says_why(pipeline, spark, tmp_path):
+    gold, args = with_one_gold_row_changed(pipeline, spark, tmp_path, "n_tokens = n_tokens + 1")
+    with pytest.raises(ExportValidationError, match="gold's n_tokens disagrees with its tokens"):
+        ExportJob().run(args)
+    assert not (tmp_path / "shards" / "manifest.json").exists()
+
+
+def test_an_empty_document_is_counted_and_left_out(pipeline, spark, tmp_path):
+    gold, args = with_one_gold_row_changed(pipeline, spark, tmp_path, "n_tokens = 0, tokens = array()")
+    metrics = ExportJob().run(args)
+    manifest = json.loads((tmp_path / "shards" / "manifest.json").read_text())
+    assert metrics.skipped["empty_document"] == 1
+    assert manifest["totals"]["documents"] == len(rows(gold)) - 1
+    assert manifest["totals"]["tokens"] == sum(r["n_tokens"] + 1 for r in rows(gold) if r["n_tokens"])
+
+
+def test_validation_finds_ids_outside_the_vocabulary_and_damaged_files(tmp_path):
+    writer = ShardWriter(str(tmp_path), 3, token_dtype(100), 2, 100)
+    writer.add("a", None, "web", 0, [5, 6, 150])
+    entry = writer.close()
+    problems = validate_shard(str(tmp_path), entry, 100, 2, token_dtype(100))
+    assert any("outside [0, 100)" in p for p in problems) and any(">= vocabulary size 100" in p for p in problems)
+    good = ShardWriter(str(tmp_path), 4, token_dtype(100), 2, 100)
+    good.add("b", None, "web", 0, [5, 6])
+    entry = good.close()
+    assert validate_shard(str(tmp_path), entry, 100, 2, token_dtype(100)) == []
+    (tmp_path / (entry["prefix"] + ".bin")).write_bytes(np.array([5, 6, 9], dtype=np.uint16).tobytes())
+    problems = validate_shard(str(tmp_path), entry, 100, 2, token_dtype(100))
+    assert any("sha256 differs" in p for p in problems) and any("do not end with EOD" in p for p in problems)
+
+
+def test_bad_input_empty_huge_and_int32_documents_round_trip(tmp_path):
+    """An empty document is a lone EOD, a document longer than any sequence spans samples, and a vocabulary
+    of 70,000 needs int32: megatron-core reads each back exactly."""
+    vocab = 70_000
+    dtype = token_dtype(vocab)
+    assert np.dtype(dtype) == np.int32 and np.dtype(token_dtype(65_499)) == np.uint16
+    docs = [[], list(range(3, 3 + 5_000)), [69_999, 65_536, 65_535], [7]]
+    writer = ShardWriter(str(tmp_path), 0, dtype, 2, vocab)
+    for k, doc in enumerate(docs):
+        writer.add(f"d{k}", None, "web", 0, doc)
+    entry = writer.close()
+    assert validate_shard(str(tmp_path), entry, vocab, 2, dtype) == []
+    prefix = str(tmp_path / entry["prefix"])
+    assert indexed_documents(prefix) == [d + [2] for d in docs]
+    assert gpt_samples_match(prefix, vocab, 2, 64, str(tmp_path / "cache")) == (sum(len(d) + 1 for d in docs) - 1) // 64

@@ -12,7 +12,7 @@ from conftest import PAGES, Page, article, write_warc
 from jobs.export import ExportJob
 from jobs.extract import ExtractJob
 from jobs.ingest import IngestJob
-from jobs.tokenize import TokenizeJob
+from jobs.tokens import TokenizeJob
 
 TABLES = ("bronze/pages", "silver/documents", "gold/tokens")
 

@@ -149,9 +149,16 @@ def test_a_bad_setting_stops_the_pipeline_before_any_stage(tmp_path, capsys):
     assert not (tmp_path / "lake" / "_pipeline").exists()
 
 
-def test_the_script_runs_under_spark_submit_despite_jobs_tokenize():
-    """`spark-submit jobs/pipeline.py` puts jobs/ first on sys.path, where jobs/tokenize.py would shadow
-    the standard library's tokenize; the render subcommand needs no session, so this stays quick."""
+def test_no_job_module_shadows_the_standard_library():
+    """`spark-submit jobs/<stage>.py` puts jobs/ first on sys.path: a jobs/tokenize.py would hide the standard
+    library's tokenize (imported by linecache, hence by logging and tracebacks)."""
+    names = {p.stem for p in (ROOT / "jobs").iterdir() if p.suffix == ".py" or (p / "__init__.py").exists()}
+    assert not names & set(sys.stdlib_module_names)
+
+
+def test_the_script_runs_under_spark_submit():
+    """`spark-submit jobs/pipeline.py` with jobs/ first on sys.path; the render subcommand needs no session,
+    so this stays quick."""
     env = {**os.environ, "PYTHONPATH": str(ROOT), "SPARK_LOCAL_IP": "127.0.0.1", "PYSPARK_PYTHON": sys.executable,
            "PYSPARK_DRIVER_PYTHON": sys.executable}
     env.pop("WEBLM_CONF_OVERLAY", None)

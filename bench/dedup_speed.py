@@ -1,0 +1,229 @@
+"""Benchmark: dedup speed, as ratios measured in one run on the same documents.
+
+    .venv/bin/python bench/dedup_speed.py signatures [--docs N]
+    .venv/bin/python bench/dedup_speed.py stage [--sizes 10000,100000] [--masters local[2],local-cluster[2,1,1024]]
+
+`signatures`: real documents (WCXB's labelled main texts, ../shared/data/extraction/wcxb_dev), 128
+permutations, word 5-grams, one core, best of 3:
+  - a datasketch pipeline: normalize in Python (unicodedata + re, per document), shingle, `MinHash.update_batch`
+  - the same normalization and shingles, signed with rensa's `RMinHash.update` (one call per document)
+  - weblm (`jobs.dedup.lsh.sign_batch`): normalize, shingle, sign, band, exact key, per Arrow batch of 1,000
+and the signing alone for each (given the shingles), and each signature's Jaccard-estimate error against the
+exact Jaccard on pairs of a document and an edited copy.
+`stage`: the whole dedup job (`python -m jobs.dedup.job --full`) on generated documents (sentences of the
+real texts recombined, 10% near-duplicates), per size and Spark master: seconds and documents/s, so the
+growth with size can be read.  The job runs with conf/jobs.yaml's Spark settings plus $WEBLM_CONF_OVERLAY:
+from 100 K documents the local driver needs more than Spark's default 1 GB heap, e.g. an overlay with
+`jobs: {spark: {shuffle_partitions: 16, conf: {spark.driver.memory: 6g}}}`.  Skips (exit 0) when ../shared/data is absent.
+"""
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import os
+import random
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import unicodedata
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = ROOT.parent / "shared" / "data"
+NUM_PERM, NGRAM = 128, 5
+
+
+def real_texts(min_words: int = 50) -> list[str]:
+    out = []
+    for path in sorted(glob.glob(str(DATA / "extraction" / "wcxb_dev" / "dev" / "ground-truth" / "*.json"))):
+        text = (json.loads(Path(path).read_text(encoding="utf-8")).get("ground_truth") or {}).get("main_content")
+        if text and len(text.split()) >= min_words:
+            out.append(text)
+    return out
+
+
+_PUNCT = re.compile(r"[^\w\s]|_", re.UNICODE)
+_DIGIT = re.compile(r"\d", re.UNICODE)
+
+
+def python_shingles(text: str) -> list[str]:
+    """The baseline's normalization: what a datasketch user writes (one Python pass per document)."""
+    text = "".join(c for c in unicodedata.normalize("NFKD", text) if not unicodedata.combining(c)).lower()
+    words = _PUNCT.sub(" ", _DIGIT.sub("0", text)).split()
+    return list({" ".join(words[i:i + NGRAM]) for i in range(max(1, len(words) - NGRAM + 1))}) if words else []
+
+
+def best_of(fn, repeat: int = 3) -> float:
+    times = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return min(times)
+
+
+def signatures_bench(n_docs: int | None) -> dict:
+    import numpy as np
+    import pyarrow as pa
+    import rensa
+    from datasketch import MinHash
+
+    from jobs.config import load_jobs_config
+    from jobs.dedup import minhash
+    from jobs.dedup.lsh import sign_batch
+    from jobs.dedup.normalize import words_of_batch
+
+    texts = real_texts()[:n_docs]
+    words = sum(len(t.split()) for t in texts)
+    cfg = load_jobs_config([f"dedup.minhash.num_perm={NUM_PERM}"]).dedup.minhash
+    shingled = [python_shingles(t) for t in texts]
+    encoded = [[s.encode() for s in sh] for sh in shingled]
+
+    def datasketch_pipeline():
+        for t in texts:
+            m = MinHash(num_perm=NUM_PERM)
+            m.update_batch([s.encode() for s in python_shingles(t)])
+            m.digest()
+
+    def datasketch_sign():
+        for sh in encoded:
+            m = MinHash(num_perm=NUM_PERM)
+            m.update_batch(sh)
+
+    def rensa_pipeline():
+        for t in texts:
+            m = rensa.RMinHash(num_perm=NUM_PERM, seed=1)
+            m.update(python_shingles(t))
+            m.digest()
+
+    def rensa_sign():
+        for sh in shingled:
+            m = rensa.RMinHash(num_perm=NUM_PERM, seed=1)
+            m.update(sh)
+            m.digest()
+
+    batches = [pa.array(texts[i:i + 1000], pa.large_string()) for i in range(0, len(texts), 1000)]
+    ids = [pa.array([str(j) for j in range(len(b))]) for b in batches]
+
+    def weblm_pipeline():
+        for i, b in zip(ids, batches):
+            sign_batch(i, b, cfg)
+
+    flat = []
+    for b in batches:
+        w, o = words_of_batch(b)
+        flat.append(minhash.shingle_hashes(minhash.word_hashes(w), o, NGRAM))
+
+    def weblm_sign():
+        for h, o in flat:
+            minhash.band_hashes(minhash.signatures(h, o, NUM_PERM, 1), cfg.bands, cfg.rows)
+
+    t = {name: best_of(fn) for name, fn in (("datasketch_pipeline", datasketch_pipeline), ("datasketch_sign", datasketch_sign),
+                                           ("rensa_pipeline", rensa_pipeline), ("rensa_sign", rensa_sign),
+                                           ("weblm_pipeline", weblm_pipeline), ("weblm_sign", weblm_sign))}
+    # accuracy: a document and a copy with a span deleted (Jaccard spread over 0.3..1)
+    rng = random.Random(3)
+    errors = {"datasketch": [], "rensa": [], "weblm": []}
+    sample = [x for x in texts if len(x.split()) > 300][:300]
+    for text in sample:
+        w = text.split(" ")
+        cut = rng.randrange(0, len(w) // 3)
+        start = rng.randrange(0, len(w) - cut)
+        other = " ".join(w[:start] + w[start + cut:])
+        a, b = set(python_shingles(text)), set(python_shingles(other))
+        exact = len(a & b) / len(a | b)
+        da, db = MinHash(num_perm=NUM_PERM), MinHash(num_perm=NUM_PERM)
+        da.update_batch([s.encode() for s in a])
+        db.update_batch([s.encode() for s in b])
+        errors["datasketch"].append(da.jaccard(db) - exact)
+        ra, rb = rensa.RMinHash(num_perm=NUM_PERM, seed=1), rensa.RMinHash(num_perm=NUM_PERM, seed=1)
+        ra.update(list(a))
+        rb.update(list(b))
+        errors["rensa"].append(ra.jaccard(rb) - exact)
+        wb, o = words_of_batch(pa.array([text, other], pa.large_string()))
+        h, so = minhash.shingle_hashes(minhash.word_hashes(wb), o, NGRAM)
+        sig = minhash.signatures(h, so, NUM_PERM, 1)
+        sets = minhash.unique_sets(h, so)
+        errors["weblm"].append(minhash.estimated_jaccard(sig[0], sig[1]) - minhash.jaccard(*sets))
+    n = len(texts)
+    return {
+        "documents": n, "mean_words": round(words / n), "num_perm": NUM_PERM,
+        "docs_per_s": {k: round(n / v) for k, v in t.items()},
+        "pipeline_ratio_weblm_vs_datasketch": round(t["datasketch_pipeline"] / t["weblm_pipeline"], 1),
+        "pipeline_ratio_weblm_vs_rensa_pipeline": round(t["rensa_pipeline"] / t["weblm_pipeline"], 1),
+        "sign_ratio_weblm_vs_rensa": round(t["rensa_sign"] / t["weblm_sign"], 2),
+        "sign_ratio_rensa_vs_datasketch": round(t["datasketch_sign"] / t["rensa_sign"], 1),
+        "estimate_error_sd": {k: round(statistics.pstdev(v), 4) for k, v in errors.items()},
+        "estimate_pairs": len(sample),
+    }
+
+
+def generated_silver(path: Path, n: int, seed: int = 5) -> None:
+    """n documents of ~15 real sentences each; every 10th a near-copy (one sentence changed) of an earlier one."""
+    import pyarrow as pa
+    from deltalake import write_deltalake
+
+    sentences = [s for t in real_texts() for s in re.split(r"(?<=[.!?])\s+", t) if len(s.split()) >= 5]
+    rng = random.Random(seed)
+    texts = []
+    for i in range(n):
+        if i % 10 == 9 and texts:
+            doc = texts[rng.randrange(len(texts))].split("\n")
+            doc[rng.randrange(len(doc))] = rng.choice(sentences)
+            texts.append("\n".join(doc))
+        else:
+            texts.append("\n".join(rng.choice(sentences) for _ in range(15)))
+    ids = [f"g{i:08d}" for i in range(n)]
+    none = pa.nulls(n, pa.string())
+    table = pa.table({"doc_id": ids, "url": [f"http://gen.test/{i}" for i in range(n)], "host": none,
+                      "fetch_time": pa.array([1735689600_000000 + i for i in range(n)], pa.timestamp("us", tz="UTC")),
+                      "title": none, "text": texts, "language": none, "n_chars": pa.array([len(t) for t in texts], pa.int32()),
+                      "warc_file": none, "warc_offset": pa.nulls(n, pa.int64()), "content_sha256": none})
+    write_deltalake(str(path), table, mode="overwrite")
+
+
+def stage_bench(sizes: list[int], masters: list[str]) -> list[dict]:
+    rows = []
+    for n in sizes:
+        with tempfile.TemporaryDirectory(prefix="weblm-dedup-bench-") as tmp:
+            lake = Path(tmp) / "lake"
+            generated_silver(lake / "silver" / "documents", n)
+            for master in masters:
+                env = dict(os.environ, PYTHONPATH=str(ROOT), SPARK_LOCAL_IP="127.0.0.1")
+                start = time.monotonic()
+                proc = subprocess.run([sys.executable, "-m", "jobs.dedup.job", "--lake", str(lake), "--full", "--master", master],
+                                      cwd=ROOT, env=env, capture_output=True, text=True)
+                wall = time.monotonic() - start
+                if proc.returncode:
+                    raise SystemExit(f"dedup job failed on {master} at {n} documents:\n{proc.stderr[-3000:]}")
+                metrics = json.loads((lake / "_metrics" / "dedup.json").read_text())
+                row = {"documents": n, "master": master, "job_s": round(metrics["seconds"], 1), "wall_s": round(wall, 1),
+                       "docs_per_s": round(n / metrics["seconds"]), "dropped": metrics["skipped"]}
+                print(json.dumps(row), flush=True)
+                rows.append(row)
+    return rows
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("what", choices=("signatures", "stage"))
+    parser.add_argument("--docs", type=int, help="signatures: at most this many documents (default: all)")
+    parser.add_argument("--sizes", default="10000,100000")
+    parser.add_argument("--masters", default="local[2]")
+    args = parser.parse_args(argv)
+    if not DATA.is_dir():
+        print(f"skipped: {DATA} is absent")
+        return 0
+    if args.what == "signatures":
+        print(json.dumps(signatures_bench(args.docs), indent=2))
+    else:
+        stage_bench([int(x) for x in args.sizes.split(",")], args.masters.split(";"))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

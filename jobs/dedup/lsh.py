@@ -1,0 +1,143 @@
+"""The Spark side of MinHash-LSH: sign documents, the band table, candidate pairs, exact Jaccard.
+
+    signals  (doc_id, text_key, n_words, n_shingles, signature, band_hashes)   one mapInArrow pass
+    bands    (band, band_hash, doc_id)          one row per band of each distinct text: the LSH index
+    pairs    (a, b, jaccard, estimate, verified) the candidates of the buckets new documents fell into
+
+A bucket of up to `all_pairs_max_bucket` documents yields all its pairs (so verified pairs are complete
+where duplicates really are); a larger bucket, a template or a syndicated page seen thousands of times,
+yields a star from its smallest doc_id: linear in its size, and enough for connected components.
+"""
+from __future__ import annotations
+
+from typing import Iterator
+
+import numpy as np
+import pyarrow as pa
+
+from jobs.dedup import minhash
+from jobs.dedup.normalize import text_keys, words_of_batch
+
+
+def signal_schema():
+    from pyspark.sql import types as T
+
+    return T.StructType([
+        T.StructField("doc_id", T.StringType()),
+        T.StructField("text_key", T.StringType()),
+        T.StructField("n_words", T.IntegerType()),
+        T.StructField("n_shingles", T.IntegerType()),
+        T.StructField("signature", T.ArrayType(T.IntegerType())),
+        T.StructField("band_hashes", T.ArrayType(T.LongType())),
+    ])
+
+
+def _list_column(matrix: np.ndarray, present: np.ndarray, value_type) -> pa.Array:
+    """Rows of `matrix` as a list column, null where `present` is False."""
+    width = matrix.shape[1]
+    offsets = np.arange(matrix.shape[0] + 1, dtype=np.int32) * width
+    values = pa.array(matrix.ravel(), value_type)
+    return pa.ListArray.from_arrays(pa.array(offsets), values, mask=pa.array(~present))
+
+
+def sign_batch(doc_ids: pa.Array, texts: pa.Array, cfg) -> pa.RecordBatch:
+    """One Arrow batch of documents -> their signals (`signal_schema`), all documents at once."""
+    words, offsets = words_of_batch(texts)
+    shingles, shingle_offsets = minhash.shingle_hashes(minhash.word_hashes(words), offsets, cfg.ngram)
+    n_shingles = np.diff(shingle_offsets)
+    sigs = minhash.signatures(shingles, shingle_offsets, cfg.num_perm, cfg.seed)
+    bands = minhash.band_hashes(sigs, cfg.bands, cfg.rows)
+    present = n_shingles > 0
+    return pa.RecordBatch.from_arrays([
+        doc_ids.cast(pa.string()), pa.array(text_keys(words, offsets), pa.string()),
+        pa.array(np.diff(offsets).astype(np.int32)), pa.array(n_shingles.astype(np.int32)),
+        _list_column(sigs.view(np.int32), present, pa.int32()),
+        _list_column(bands, present, pa.int64())], names=[f.name for f in signal_schema().fields])
+
+
+def sign_batches(batches: Iterator[pa.RecordBatch], cfg) -> Iterator[pa.RecordBatch]:
+    """`mapInArrow` body over (doc_id, text)."""
+    for batch in batches:
+        yield sign_batch(batch.column("doc_id"), batch.column("text"), cfg)
+
+
+def shingle_sets(batches: Iterator[pa.RecordBatch], ngram: int) -> Iterator[pa.RecordBatch]:
+    """`mapInArrow` body: (doc_id, text) -> (doc_id, shingles), each a sorted set of shingle hashes."""
+    for batch in batches:
+        words, offsets = words_of_batch(batch.column("text"))
+        shingles, shingle_offsets = minhash.shingle_hashes(minhash.word_hashes(words), offsets, ngram)
+        sets = minhash.unique_sets(shingles, shingle_offsets)
+        set_offsets = np.zeros(len(sets) + 1, np.int32)
+        np.cumsum([s.size for s in sets], out=set_offsets[1:])
+        values = np.concatenate(sets).view(np.int64) if sets else np.zeros(0, np.int64)
+        yield pa.RecordBatch.from_arrays(
+            [batch.column("doc_id").cast(pa.string()), pa.ListArray.from_arrays(pa.array(set_offsets), pa.array(values))],
+            names=["doc_id", "shingles"])
+
+
+def jaccard_batches(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """`mapInArrow` body: (a, b, sa, sb) -> (a, b, jaccard), exact over the two shingle sets."""
+    for batch in batches:
+        sa, sb = batch.column("sa"), batch.column("sb")
+        values = []
+        for i in range(batch.num_rows):
+            x = sa[i].values.to_numpy(zero_copy_only=False) if sa[i].is_valid else np.zeros(0, np.int64)
+            y = sb[i].values.to_numpy(zero_copy_only=False) if sb[i].is_valid else np.zeros(0, np.int64)
+            values.append(minhash.jaccard(x, y))
+        yield pa.RecordBatch.from_arrays([batch.column("a"), batch.column("b"), pa.array(values, pa.float64())],
+                                         names=["a", "b", "jaccard"])
+
+
+def band_rows(signals):
+    """signals -> (band, band_hash, doc_id): one row per band of every signed document with shingles."""
+    from pyspark.sql import functions as F
+
+    return (signals.where(F.col("band_hashes").isNotNull())
+            .select("doc_id", F.posexplode("band_hashes").alias("band", "band_hash"))
+            .select(F.col("band").cast("int").alias("band"), "band_hash", "doc_id"))
+
+
+def candidate_pairs(all_bands, new_bands, all_pairs_max_bucket: int):
+    """(a, b) with a < b: pairs of the buckets that `new_bands` touch, from the whole band table.
+
+    Returns `(pairs, bucket_stats)`; bucket_stats has one row per touched bucket (band, band_hash, n)."""
+    from pyspark.sql import functions as F
+
+    touched = all_bands.join(new_bands.select("band", "band_hash").distinct(), ["band", "band_hash"], "left_semi")
+    buckets = (touched.groupBy("band", "band_hash")
+               .agg(F.count("*").alias("n"), F.min("doc_id").alias("head")).where("n > 1"))
+    small = (touched.join(buckets.where(F.col("n") <= all_pairs_max_bucket).select("band", "band_hash"),
+                          ["band", "band_hash"])
+             .groupBy("band", "band_hash").agg(F.array_sort(F.collect_list("doc_id")).alias("docs"))
+             .select(F.expr("inline(flatten(transform(sequence(1, size(docs) - 1), i -> "
+                            "transform(slice(docs, i + 1, size(docs) - i), d -> named_struct('a', docs[i - 1], 'b', d)))))")))
+    large = (touched.join(buckets.where(F.col("n") > all_pairs_max_bucket).select("band", "band_hash", "head"),
+                          ["band", "band_hash"])
+             .where(F.col("doc_id") != F.col("head")).select(F.col("head").alias("a"), F.col("doc_id").alias("b")))
+    pairs = small.unionByName(large).where("a != b").distinct()
+    return pairs, buckets
+
+
+def score_pairs(pairs, signals, texts, cfg):
+    """(a, b) -> (a, b, jaccard, estimate, verified): the signatures' estimate always; with
+    `cfg.verify` the exact Jaccard of the two shingle sets (recomputed from the texts), else the estimate."""
+    from pyspark.sql import functions as F
+    from pyspark.sql import types as T
+
+    sig = signals.select("doc_id", "signature")
+    scored = (pairs.join(sig.withColumnRenamed("doc_id", "a").withColumnRenamed("signature", "sig_a"), "a")
+              .join(sig.withColumnRenamed("doc_id", "b").withColumnRenamed("signature", "sig_b"), "b")
+              .select("a", "b", (F.aggregate(F.zip_with("sig_a", "sig_b", lambda x, y: F.when(x == y, 1).otherwise(0)),
+                                             F.lit(0), lambda acc, v: acc + v) / F.size("sig_a")).alias("estimate")))
+    if not cfg.verify:
+        return scored.select("a", "b", F.col("estimate").alias("jaccard"), "estimate", F.lit(False).alias("verified"))
+    ids = pairs.select(F.col("a").alias("doc_id")).union(pairs.select(F.col("b").alias("doc_id"))).distinct()
+    sets = (texts.join(ids, "doc_id", "left_semi").select("doc_id", "text")
+            .mapInArrow(lambda batches: shingle_sets(batches, cfg.ngram),
+                        T.StructType([T.StructField("doc_id", T.StringType()),
+                                      T.StructField("shingles", T.ArrayType(T.LongType()))])))
+    exact = (pairs.join(sets.select(F.col("doc_id").alias("a"), F.col("shingles").alias("sa")), "a")
+             .join(sets.select(F.col("doc_id").alias("b"), F.col("shingles").alias("sb")), "b")
+             .select("a", "b", "sa", "sb")
+             .mapInArrow(jaccard_batches, "a string, b string, jaccard double"))
+    return exact.join(scored, ["a", "b"]).select("a", "b", "jaccard", "estimate", F.lit(True).alias("verified"))

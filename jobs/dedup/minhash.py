@@ -1,0 +1,179 @@
+"""Words -> shingle hashes -> MinHash signatures -> LSH band hashes, vectorized per batch (no Spark).
+
+Each distinct word of a batch is hashed once (FNV-1a over its UTF-8 bytes in numpy, blake2b for the
+rare long word); a word n-gram's hash combines its words' hashes with a splitmix64 mixer, all positions of
+all documents at once.  Signatures come from rensa's `RMinHash` in one call per batch over the flat
+shingle-hash buffer (no Python call per document or per hash).  A band's hash mixes its `rows` minhash
+values into 64 bits.  Texts with fewer words than `n` get one shingle of all their words, so a short text
+still matches its exact copies; a text with no words gets no shingle and no band.
+"""
+from __future__ import annotations
+
+import hashlib
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+_FNV_OFFSET = np.uint64(0xCBF29CE484222325)
+_FNV_PRIME = np.uint64(0x100000001B3)
+_LONG_WORD = 64  # bytes; longer words are hashed one by one (blake2b) instead of in the byte loop
+_MASK63 = np.uint64((1 << 63) - 1)
+_COMBINE = np.uint64(0x9E3779B97F4A7C15)  # odd multiplier (golden ratio): word order matters in a shingle
+
+
+def mix64(x: np.ndarray) -> np.ndarray:
+    """splitmix64's finalizer: a bijection of uint64 that spreads every input bit over the output."""
+    with np.errstate(over="ignore"):
+        x = x ^ (x >> np.uint64(30))
+        x = x * np.uint64(0xBF58476D1CE4E5B9)
+        x = x ^ (x >> np.uint64(27))
+        x = x * np.uint64(0x94D049BB133111EB)
+        return x ^ (x >> np.uint64(31))
+
+
+def hash_strings(strings: pa.Array) -> np.ndarray:
+    """A stable 64-bit hash of each string (same value in every process, run and machine)."""
+    strings = pa.array(strings, pa.large_string()) if not isinstance(strings, pa.Array) else strings
+    strings = strings.cast(pa.large_string())
+    n = len(strings)
+    if n == 0:
+        return np.zeros(0, np.uint64)
+    buffers = strings.buffers()
+    offsets = np.frombuffer(buffers[1], dtype=np.int64, count=n + 1, offset=strings.offset * 8)
+    data = np.frombuffer(buffers[2], dtype=np.uint8) if buffers[2] is not None else np.zeros(0, np.uint8)
+    lengths = np.diff(offsets)
+    h = np.full(n, _FNV_OFFSET, dtype=np.uint64)
+    active = np.flatnonzero((lengths > 0) & (lengths <= _LONG_WORD))
+    j = 0
+    with np.errstate(over="ignore"):
+        while active.size:
+            h[active] = (h[active] ^ data[offsets[active] + j].astype(np.uint64)) * _FNV_PRIME
+            j += 1
+            active = active[lengths[active] > j]
+    for i in np.flatnonzero(lengths > _LONG_WORD):
+        h[i] = int.from_bytes(hashlib.blake2b(data[offsets[i]:offsets[i + 1]].tobytes(), digest_size=8).digest(), "little")
+    return mix64(h ^ lengths.astype(np.uint64))
+
+
+def word_hashes(words: pa.Array) -> np.ndarray:
+    """The hash of every word of a flat word array, hashing each distinct word once."""
+    if len(words) == 0:
+        return np.zeros(0, np.uint64)
+    encoded = pc.dictionary_encode(words)
+    return hash_strings(encoded.dictionary)[np.asarray(encoded.indices)]
+
+
+def shingle_hashes(word_hash: np.ndarray, offsets: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """`(hashes, shingle_offsets)`: the hash of every word n-gram of every text, flat, text i's at
+    `hashes[shingle_offsets[i]:shingle_offsets[i+1]]` in text order (repeats included: MinHash does not
+    care; `unique_sets` makes the sets for exact Jaccard)."""
+    offsets = np.asarray(offsets, dtype=np.int64)
+    lengths = np.diff(offsets)
+    total = int(offsets[-1])
+    if total == 0:
+        return np.zeros(0, np.uint64), np.zeros(len(lengths) + 1, np.int64)
+    # a shingle starts at every position with n words after it, or at the start of a text shorter than n
+    per_text = np.where(lengths >= n, lengths - n + 1, (lengths > 0).astype(np.int64))
+    first = offsets[:-1]
+    inside = np.cumsum(np.bincount(first, minlength=total + 1)[:total]
+                       - np.bincount(first + per_text, minlength=total + 1)[:total]) > 0
+    padded = np.concatenate([word_hash.astype(np.uint64), np.zeros(n, np.uint64)])
+    h = np.zeros(total, np.uint64)
+    with np.errstate(over="ignore"):
+        for k in range(n):  # contiguous slices, no gathers: the n-gram at every position at once
+            h *= _COMBINE
+            h += padded[k:k + total]
+        short = np.flatnonzero((lengths > 0) & (lengths < n))  # their n-gram must not run into the next text
+        for i in short:
+            hs = np.uint64(0)
+            for k in range(int(lengths[i])):
+                hs = hs * _COMBINE + word_hash[first[i] + k]
+            h[first[i]] = hs * _COMBINE ** np.uint64(n - lengths[i])
+        h = mix64(h[inside] + np.uint64(n))
+    shingle_offsets = np.zeros(len(lengths) + 1, np.int64)
+    np.cumsum(per_text, out=shingle_offsets[1:])
+    return h, shingle_offsets
+
+
+def unique_sets(shingles: np.ndarray, shingle_offsets: np.ndarray) -> list[np.ndarray]:
+    """Each text's shingle hashes as a sorted set (exact Jaccard by `jaccard`)."""
+    return [np.unique(shingles[shingle_offsets[i]:shingle_offsets[i + 1]]) for i in range(len(shingle_offsets) - 1)]
+
+
+def jaccard(a: np.ndarray, b: np.ndarray) -> float:
+    """Exact Jaccard of two sorted sets of shingle hashes (0 when both are empty)."""
+    if a.size == 0 and b.size == 0:
+        return 0.0
+    inter = np.intersect1d(a, b, assume_unique=True).size
+    return inter / (a.size + b.size - inter)
+
+
+def signatures(shingles: np.ndarray, shingle_offsets: np.ndarray, num_perm: int, seed: int) -> np.ndarray:
+    """MinHash signatures, one row of `num_perm` uint32 values per text (rensa `RMinHash`)."""
+    import rensa
+
+    if len(shingle_offsets) <= 1:
+        return np.zeros((0, num_perm), np.uint32)
+    matrix = rensa.RMinHash.digest_matrix_from_flat_token_hashes(
+        np.ascontiguousarray(shingles, np.uint64), np.ascontiguousarray(shingle_offsets, np.uint64), num_perm, seed)
+    return np.asarray(matrix.to_rows(), dtype=np.uint32).reshape(-1, num_perm)
+
+
+def band_hashes(sigs: np.ndarray, bands: int, rows: int) -> np.ndarray:
+    """`(n_texts, bands)` int64: band b's hash mixes minhash values b*rows .. b*rows+rows-1."""
+    if bands * rows > sigs.shape[1]:
+        raise ValueError(f"{bands} bands x {rows} rows need {bands * rows} permutations; the signatures have "
+                         f"{sigs.shape[1]}: raise dedup.minhash.num_perm or lower bands/rows")
+    banded = sigs[:, : bands * rows].reshape(sigs.shape[0], bands, rows).astype(np.uint64)
+    h = np.zeros(banded.shape[:2], np.uint64)
+    with np.errstate(over="ignore"):
+        for r in range(rows):
+            h = mix64(h * np.uint64(0x9E3779B97F4A7C15) + banded[:, :, r] + np.uint64(1))
+    return (h & _MASK63).astype(np.int64)
+
+
+def candidate_probability(similarity: float, bands: int, rows: int) -> float:
+    """P(two texts of Jaccard `similarity` share at least one band): 1 - (1 - s^r)^b."""
+    return 1.0 - (1.0 - similarity ** rows) ** bands
+
+
+def s_curve(bands: int, rows: int, points=(0.5, 0.6, 0.7, 0.75, 0.8, 0.85, 0.9, 0.95, 1.0)) -> str:
+    """The LSH S-curve as a small table a person can read in a log."""
+    knee = (1.0 / bands) ** (1.0 / rows)
+    lines = [f"LSH {bands} bands x {rows} rows: knee (1/b)^(1/r) = {knee:.3f}",
+             "  Jaccard  P(candidate)  bar"]
+    for s in points:
+        p = candidate_probability(s, bands, rows)
+        lines.append(f"  {s:7.2f}  {p:12.4f}  {'#' * round(p * 40)}")
+    return "\n".join(lines)
+
+
+def estimated_jaccard(a: np.ndarray, b: np.ndarray) -> float:
+    """The fraction of equal minhash values: the signature's Jaccard estimate."""
+    return float(np.mean(a == b)) if len(a) else 0.0
+
+
+def false_negative_rate(threshold: float, bands: int, rows: int, steps: int = 200) -> float:
+    """Mean P(missed) over Jaccard in [threshold, 1] (text-dedup's `optimal_param` integrand)."""
+    xs = [threshold + (1 - threshold) * (i + 0.5) / steps for i in range(steps)]
+    return sum(1 - candidate_probability(x, bands, rows) for x in xs) / steps
+
+
+def main(argv=None) -> None:
+    """`python -m jobs.dedup.minhash`: print the S-curve of the configured (or given) bands x rows."""
+    import argparse
+
+    from jobs.config import load_jobs_config
+
+    parser = argparse.ArgumentParser(prog="jobs.dedup.minhash", description=main.__doc__)
+    parser.add_argument("-o", "--override", action="append", default=[], metavar="KEY=VALUE")
+    args = parser.parse_args(argv)
+    cfg = load_jobs_config(args.override).dedup.minhash
+    print(s_curve(cfg.bands, cfg.rows))
+    print(f"mean P(miss) for J in [{cfg.threshold}, 1]: {false_negative_rate(cfg.threshold, cfg.bands, cfg.rows):.5f}; "
+          f"P(miss) at J={cfg.threshold}: {1 - candidate_probability(cfg.threshold, cfg.bands, cfg.rows):.5f}")
+
+
+if __name__ == "__main__":
+    main()

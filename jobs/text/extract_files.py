@@ -1,0 +1,166 @@
+"""Main text of HTML files on disk, through the extract job's own code and configuration.
+
+    python -m jobs.text.extract_files DIR OUT.jsonl [-o extract.min_chars=100] [--stats STATS.json]
+
+Every `*.html` and `*.html.gz` file under DIR (the bytes as served, no HTTP headers; a sibling
+`<id>.url` file holds the page's URL, or there is none) goes through `page_extractor`, as each bronze
+row does in `jobs.extract`: the same decoding, checks, extractor, sandbox and `conf/jobs.yaml` settings.
+OUT gets one line `{"id": ..., "text": ...}` per file, id = the file name without `.html`/`.html.gz`,
+text "" when the page is dropped.  A file that cannot be read or a page that cannot be extracted is
+counted and reported on stderr, never a failed run.  `bench/extraction_quality.py` scores the output.
+"""
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import logging
+import os
+import sys
+import time
+import zlib
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from jobs.config import ExtractSettings, load_jobs_config
+from jobs.text.main_text import Extracted
+from jobs.text.sandbox import DEFAULT_EXTRACTOR, page_extractor
+
+log = logging.getLogger("weblm.jobs.extract_files")
+
+SUFFIXES = (".html.gz", ".html")
+_PROGRESS_S = 10.0  # seconds between progress lines on stderr
+_WARM_UP_PAGE = b"<html><head><title>warm-up</title></head><body><p>warm-up</p></body></html>"
+
+
+@dataclass
+class RunStats:
+    files: int = 0
+    kept: int = 0
+    dropped: Counter = field(default_factory=Counter)      # reason -> files
+    decoded_by: Counter = field(default_factory=Counter)   # bom | header | meta | utf-8 | detected | fallback
+    replacement_chars: int = 0                             # U+FFFD put in by the counted fallback decode
+    duplicate_ids: int = 0
+    seconds: float = 0.0                                   # reading and extracting, not the sandbox's start
+    cpu_seconds: float = 0.0                               # the same on the CPU: this process and the sandbox child
+
+    @property
+    def docs_per_s(self) -> float:
+        return self.files / self.seconds if self.seconds else 0.0
+
+    @property
+    def docs_per_cpu_s(self) -> float:
+        """Documents per CPU-second: docs/s on one core, unlike docs_per_s not slowed by a busy machine."""
+        return self.files / self.cpu_seconds if self.cpu_seconds else 0.0
+
+    def as_dict(self) -> dict:
+        return {**asdict(self), "dropped": dict(self.dropped), "decoded_by": dict(self.decoded_by),
+                "docs_per_s": round(self.docs_per_s, 2),
+                "docs_per_cpu_s": round(self.docs_per_cpu_s, 2)}
+
+
+def page_files(root: Path) -> list[Path]:
+    """The page files under `root`, in a stable order."""
+    return sorted(p for p in root.rglob("*") if p.name.endswith(SUFFIXES) and p.is_file())
+
+
+def page_id(path: Path) -> str:
+    return next(path.name[:-len(s)] for s in SUFFIXES if path.name.endswith(s))
+
+
+def read_page(path: Path, max_bytes: int) -> bytes:
+    """The page's bytes, at most `max_bytes + 1` of them: enough for the job's size check to say too_large
+    without inflating a gzip bomb."""
+    if path.name.endswith(".gz"):
+        with gzip.open(path, "rb") as f:
+            return f.read(max_bytes + 1)
+    with open(path, "rb") as f:
+        return f.read(max_bytes + 1)
+
+
+def read_url(path: Path) -> str | None:
+    sibling = path.with_name(page_id(path) + ".url")
+    try:
+        return sibling.read_text(encoding="utf-8", errors="replace").strip() or None
+    except OSError:
+        return None
+
+
+def extract_files(root: Path, out: Path, cfg: ExtractSettings, extractor: str = DEFAULT_EXTRACTOR) -> RunStats:
+    """Write one `{id, text}` line per page file under `root` to `out` (all or nothing)."""
+    files = page_files(root)
+    stats, seen = RunStats(), set()
+    partial = out.with_name(out.name + ".partial")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with page_extractor(cfg, extractor) as extract, open(partial, "w", encoding="utf-8", errors="replace") as sink:
+        extract(_WARM_UP_PAGE, 200, "text/html", None, None)  # start the sandbox and its imports untimed
+        child_cpu = getattr(extract, "cpu_seconds", lambda: 0.0)  # in-process: all of it is process_time's
+        cpu_started = time.process_time() + child_cpu()
+        started = last_report = time.perf_counter()
+        for path in files:
+            doc_id = page_id(path)
+            stats.duplicate_ids += doc_id in seen
+            seen.add(doc_id)
+            try:
+                html = read_page(path, cfg.max_html_bytes)
+            except (OSError, EOFError, zlib.error) as exc:  # gzip.BadGzipFile is an OSError
+                log.warning("%s: unreadable (%s: %s): written with empty text", path, type(exc).__name__, exc)
+                result = "unreadable_file"
+            else:
+                result = extract(html, 200, "text/html", None, read_url(path))
+            if isinstance(result, Extracted):
+                stats.kept += 1
+                stats.decoded_by[result.decode_source] += 1
+                stats.replacement_chars += result.replacements
+                text = result.text
+            else:
+                stats.dropped[result] += 1
+                text = ""
+            sink.write(json.dumps({"id": doc_id, "text": text}, ensure_ascii=False) + "\n")
+            stats.files += 1
+            now = time.perf_counter()
+            if now - last_report >= _PROGRESS_S:
+                rate = stats.files / (now - started)
+                log.info("%d/%d files, %.1f docs/s, ETA %.0f s", stats.files, len(files), rate,
+                         (len(files) - stats.files) / rate)
+                last_report = now
+        stats.seconds = time.perf_counter() - started
+        stats.cpu_seconds = time.process_time() + child_cpu() - cpu_started
+    os.replace(partial, out)
+    return stats
+
+
+def report(stats: RunStats, out: Path) -> str:
+    dropped = ", ".join(f"{reason} {n}" for reason, n in stats.dropped.most_common()) or "none"
+    decoded = ", ".join(f"{source} {n}" for source, n in stats.decoded_by.most_common()) or "none"
+    lines = [f"extract_files: {stats.files} files -> {out} in {stats.seconds:.1f} s ({stats.docs_per_s:.1f} docs/s, "
+             f"{stats.docs_per_cpu_s:.1f} per CPU-second); kept {stats.kept}, dropped {stats.files - stats.kept}",
+             f"  dropped by reason: {dropped}",
+             f"  decoded by: {decoded}; replacement characters from undecodable bytes: {stats.replacement_chars}"]
+    if stats.duplicate_ids:
+        lines.append(f"  {stats.duplicate_ids} files share an id with an earlier file (same name in another folder)")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m jobs.text.extract_files", description=__doc__.split("\n\n")[0])
+    parser.add_argument("dir", type=Path, help="folder searched recursively for *.html and *.html.gz")
+    parser.add_argument("out", type=Path, help="JSON lines output: {id, text} per file")
+    parser.add_argument("-o", "--override", action="append", default=[], metavar="KEY=VALUE",
+                        help="a conf/jobs.yaml setting, e.g. extract.min_chars=100 (repeatable)")
+    parser.add_argument("--stats", type=Path, help="also write the run's counts and docs/s here as JSON")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
+    if not args.dir.is_dir():
+        parser.error(f"{args.dir} is not a folder: give the folder that holds the .html / .html.gz files")
+    cfg = load_jobs_config(args.override).extract
+    stats = extract_files(args.dir, args.out, cfg)
+    print(report(stats, args.out), file=sys.stderr)
+    if args.stats:
+        args.stats.write_text(json.dumps(stats.as_dict(), indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":  # the sandbox's spawn child re-imports this module: keep work under the guard
+    sys.exit(main())
