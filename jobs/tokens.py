@@ -103,7 +103,15 @@ class TokenizeJob(SparkJob):
         from pyspark.sql import functions as F
 
         cfg, mix = self.cfg.tokenize, self.cfg.export.mix
-        train = (silver.where(self.buckets() < min(cfg.sample_per_mille, 1000 - cfg.heldout_per_mille))
+        train = silver.where(self.buckets() < min(cfg.sample_per_mille, 1000 - cfg.heldout_per_mille))
+        if silver.limit(1).count() and not train.limit(1).count():
+            # A silver of a handful of documents can fall wholly in the held-back buckets: train on all of it
+            # rather than on nothing (SentencePiece refuses an empty sample); fertility is then not held out.
+            log.warning("tokenize: every document of silver falls in the held-back buckets (heldout_per_mille=%d); "
+                        "the tokenizer trains on all of them", cfg.heldout_per_mille)
+            self.metrics.extra["sample_includes_heldout"] = True
+            train = silver
+        train = (train
                  .withColumn("source", mixing.source_column(F.col("url"), mix.rules, mix.default_source))
                  .withColumn("language", F.coalesce(F.col("language"), F.lit("und")))
                  .withColumn("rank", F.sha1(F.col("doc_id"))))

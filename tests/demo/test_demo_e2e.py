@@ -2,6 +2,7 @@
 lineage holds from the trained model back to the crawled URLs."""
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -31,7 +32,7 @@ def test_notebook_traces_a_shard_sequence_to_its_warc_record(demo_run):
     proc = subprocess.run([sys.executable, "notebooks/pipeline_overview.py"], cwd=ROOT,
                           env=dict(env, PYTHONPATH=str(ROOT)), capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "shard-00000 sequence 0" in proc.stdout
+    assert re.search(r"shard-00000-[0-9a-f]{16} sequence 0 ", proc.stdout), proc.stdout[-2000:]   # content-named
     assert "WARC record at offset" in proc.stdout and ".warc.gz" in proc.stdout
 
 

@@ -108,3 +108,17 @@ def test_held_back_documents_measure_fertility_and_never_train(pipeline, tmp_pat
     assert fertility["words"] == sum(len(r["text"].split()) for r in held)
     assert fertility["tokens_per_word"] == round(fertility["tokens"] / fertility["words"], 4) > 0
     assert metrics["sample_lines_too_long"] == 0 and metrics["sample_lines"] > 0
+
+
+def test_a_silver_wholly_held_back_still_trains_a_tokenizer(pipeline, tmp_path, caplog):
+    import shutil
+
+    lake = tmp_path / "lake"
+    shutil.copytree(pipeline.lake, lake)
+    args = [a.replace(str(pipeline.lake), str(lake)).replace(str(pipeline.tokenizer_dir), str(tmp_path / "tok"))
+            for a in pipeline.args("--full", "-o", "tokenize.heldout_per_mille=1000")]
+    with caplog.at_level("WARNING", logger="weblm.jobs.tokenize"):
+        metrics = TokenizeJob().run(args).extra
+    silver = DeltaTable(str(lake / "silver" / "documents")).to_pyarrow_table().to_pylist()
+    assert "falls in the held-back buckets" in caplog.text and metrics["sample_includes_heldout"] is True
+    assert metrics["sample_docs"] == len(silver) > 0
