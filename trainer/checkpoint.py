@@ -6,7 +6,6 @@ to a temporary name and renamed, so a run killed mid-save never leaves a half ch
 """
 from __future__ import annotations
 
-import hashlib
 import os
 import random
 import re
@@ -16,6 +15,8 @@ from typing import Any, Protocol
 import numpy as np
 import torch
 from megatron.core.tensor_parallel import random as mcore_random
+
+from trainer.manifest import file_sha256
 
 CHECKPOINT_NAME = re.compile(r"^step-(\d{8})\.pt$")
 
@@ -69,14 +70,6 @@ def checksum_path(checkpoint: Path) -> Path:
     """The sidecar holding a checkpoint's sha256 (torch's zip format checks no CRC on load: a flipped byte
     inside a tensor loads silently)."""
     return checkpoint.with_name(checkpoint.name + ".sha256")
-
-
-def file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 24), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def _write_durably(path: Path, write) -> None:
