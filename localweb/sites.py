@@ -16,6 +16,7 @@ from localweb.config import LocalWebConfig
 from localweb.pages import Chrome, Link, render_listing, render_page
 from localweb.responses import Response, html_response, problem, text_response
 from localweb.calendar_trap import CalendarTrap
+from localweb.js_sites import add_js_sites
 from localweb.specials import add_specials
 from localweb.text import TextGenerator
 from localweb.truth import HostTruth, PageTruth, Truth
@@ -174,6 +175,8 @@ class GeneratedWeb:
         self.trap = CalendarTrap(self, self.host(EVENTS.role))
         self._events_home()
         self._status_home()
+        if self.cfg.js_hosts:  # pages whose text appears only after JavaScript runs (issue 10)
+            self.hosts += add_js_sites(self)
 
     def _gzipped(self, host: str, i: int) -> bool:
         return self.plans[host].role == "wiki" and self.cfg.gzip_every > 0 and i % self.cfg.gzip_every == 0
