@@ -51,7 +51,58 @@ class ExtractSettings:
 
 
 @dataclass(frozen=True)
+class QualityTables:
+    signals: str
+    output: str
+
+
+@dataclass(frozen=True)
+class QualitySignalSettings:
+    c4_max_word_length: int
+    c4_min_words_per_line: int
+    c4_filter_no_terminal_punct: bool
+    fineweb_short_line_length: int
+
+
+@dataclass(frozen=True)
+class LanguageRoute:
+    min_language_score: float
+    groups: list[str]
+
+
+@dataclass(frozen=True)
+class QualityRouting:
+    languages: list[str]
+    default: LanguageRoute
+    per_language: dict[str, LanguageRoute]
+
+
+@dataclass(frozen=True)
+class FilterRule:
+    reason: str
+    group: str
+    column: str
+    min: float | None = None
+    max: float | None = None
+
+
+@dataclass(frozen=True)
+class QualitySettings:
+    input_table: str
+    tables: QualityTables
+    view: str
+    batch_rows: int
+    mode: str
+    signals: QualitySignalSettings
+    quality_score: str
+    routing: QualityRouting
+    filters: list[FilterRule]
+    scorers: dict
+
+
+@dataclass(frozen=True)
 class TokenizeSettings:
+    input_table: str
     vocab_size: int
     sample_per_mille: int
     max_sample_chars: int
@@ -177,6 +228,7 @@ class JobsConfig:
     skip_examples: int
     ingest: IngestSettings
     extract: ExtractSettings
+    quality: QualitySettings
     tokenize: TokenizeSettings
     export: ExportSettings
     dedup: DedupSettings

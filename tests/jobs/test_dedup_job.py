@@ -46,7 +46,7 @@ def write_silver(spark, lake, rows) -> None:
 
 
 def run(lake, *overrides, extra=()):
-    args = ["--lake", str(lake), *extra]
+    args = ["--lake", str(lake), "-o", "dedup.input_table=silver.documents", *extra]  # the fixture writes silver.documents
     for o in overrides:
         args += ["-o", o]
     return DedupJob().run(args)

@@ -1,0 +1,91 @@
+"""Decide later: the filters as a view over stored signals, thresholds from conf (`quality.filters`).
+
+`filtered(documents, signals, cfg)` is every document with its signals, its `quality_score` and its
+`drop_reason`: the first rule (in conf order) it fails among the rule groups its language routes to, after
+the bad-input checks and the language checks; null means kept.  It is plain Spark SQL over columns: a new
+threshold changes this view and nothing upstream of it.
+"""
+from __future__ import annotations
+
+from jobs.config import FilterRule, LanguageRoute, QualitySettings
+
+LANGUAGE_REASONS = ("language_not_allowed", "language_uncertain")
+
+
+def route(value) -> LanguageRoute:
+    """A routing entry, whether conf gave a dataclass or (under per_language) a plain mapping."""
+    return value if isinstance(value, LanguageRoute) else LanguageRoute(
+        min_language_score=float(value["min_language_score"]), groups=list(value["groups"]))
+
+
+def check_settings(cfg: QualitySettings, columns: list[str]) -> None:
+    """Fail early, with the fix, on a rule that names no signal column or has no bound."""
+    for rule in cfg.filters:
+        if rule.column not in columns:
+            raise ValueError(f"quality.filters rule {rule.reason!r} reads column {rule.column!r}, which silver.signals "
+                             f"does not have (is its scorer enabled?); known columns: {sorted(columns)}")
+        if rule.min is None and rule.max is None:
+            raise ValueError(f"quality.filters rule {rule.reason!r} has neither min nor max")
+    if cfg.mode not in ("drop", "flag"):
+        raise ValueError(f"quality.mode must be drop or flag, not {cfg.mode!r}")
+
+
+def _fails(rule: FilterRule):
+    from pyspark.sql import functions as F
+
+    value = F.col(rule.column).cast("double")
+    bad = F.lit(False)
+    if rule.min is not None:
+        bad = bad | (value < F.lit(float(rule.min)))
+    if rule.max is not None:
+        bad = bad | (value > F.lit(float(rule.max)))
+    return F.coalesce(bad, F.lit(False))   # a missing value fails no rule
+
+
+def _applies(group: str, cfg: QualitySettings):
+    """True where the document's language routes to `group`."""
+    from pyspark.sql import functions as F
+
+    routes = {lang: route(r) for lang, r in (cfg.routing.per_language or {}).items()}
+    listed = [lang for lang, r in routes.items() if group in r.groups]
+    condition = F.col("language").isin(*listed) if listed else F.lit(False)
+    if group in route(cfg.routing.default).groups:
+        condition = condition | ~F.col("language").isin(*routes) if routes else F.lit(True)
+    return condition
+
+
+def min_language_score(cfg: QualitySettings):
+    from pyspark.sql import functions as F
+
+    expr = F.lit(float(route(cfg.routing.default).min_language_score))
+    for lang, r in sorted((cfg.routing.per_language or {}).items()):
+        expr = F.when(F.col("language") == lang, F.lit(float(route(r).min_language_score))).otherwise(expr)
+    return expr
+
+
+def drop_reason(cfg: QualitySettings):
+    """The first failing reason: bad input, then language, then every other rule in conf order."""
+    from pyspark.sql import functions as F
+
+    bad_input = [r for r in cfg.filters if r.group == "bad_input"]
+    others = [r for r in cfg.filters if r.group != "bad_input"]
+    checks = [(_applies(r.group, cfg) & _fails(r), r.reason) for r in bad_input]
+    if cfg.routing.languages:
+        checks.append((~F.col("language").isin(*cfg.routing.languages), "language_not_allowed"))
+    checks.append((F.col("language_score") < min_language_score(cfg), "language_uncertain"))
+    checks += [(_applies(r.group, cfg) & _fails(r), r.reason) for r in others]
+    reason = F.lit(None).cast("string")
+    for condition, name in reversed(checks):
+        reason = F.when(condition, F.lit(name)).otherwise(reason)
+    return reason
+
+
+def filtered(documents, signals, cfg: QualitySettings):
+    """Documents joined with their current signals, plus `quality_score` and `drop_reason` (null = kept)."""
+    from pyspark.sql import functions as F
+
+    check_settings(cfg, signals.columns)
+    # on the text's hash too: a document whose text changed since it was scored has no current signals yet
+    joined = documents.join(signals.drop("signals_sha256"), ["doc_id", "content_sha256"])
+    return (joined.withColumn("quality_score", F.expr(cfg.quality_score).cast("double"))
+            .withColumn("drop_reason", drop_reason(cfg)))

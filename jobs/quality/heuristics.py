@@ -1,0 +1,177 @@
+"""Heuristic quality signals of one document: Gopher quality, Gopher repetition, C4 and FineWeb's own rules.
+
+Ported from datatrove (`pipeline/filters/gopher_quality_filter.py`, `gopher_repetition_filter.py`,
+`c4_filters.py`, `fineweb_quality_filter.py`), but as *signals*: each rule's measured value is returned as a
+column and the thresholds live in conf (`quality.filters`), so a threshold changes without recomputing anything.
+datatrove's filters are written as keep/drop decisions over its own Document type and return only the first
+reason, so they cannot give us the values themselves: hence this port (same formulas, same order of checks).
+"""
+from __future__ import annotations
+
+import re
+import unicodedata
+from collections import Counter
+from dataclasses import dataclass
+
+# datatrove `utils/text.py` PUNCTUATION (a symbol-only "word" is not a word for Gopher)
+PUNCTUATION = set("!/—”:％１〈&(、━\\【#%「」，】；+^]~“《„';’{|∶´[=-`*．（–？！：$～«〉,><》)?）。…@_.\"}►»"
+                  + "".join(map(chr, (*range(0x2000, 0x2070), *range(0x20A0, 0x20D0)))))
+# datatrove TERMINAL_PUNCTUATION, the common part: what a line of prose ends with in most scripts
+TERMINAL_PUNCTUATION = tuple(".!?\"'”’»。！？…։؟۔।॥၊။።፧፨᙮᠃᠉‼‽⁇⁈⁉⸮。︒﹒﹗！．？｡")
+GOPHER_STOP_WORDS = frozenset({"the", "be", "to", "of", "and", "that", "have", "with"})
+C4_END_PUNCTUATION = (".", "?", "!", '"', "'")
+C4_POLICY = ("terms of use", "privacy policy", "cookie policy", "uses cookies", "use of cookies", "use cookies")
+C4_CITATION = re.compile(r"\[\d*]|\[edit]|\[citation needed]")
+# word tokens: runs of word characters, or runs of other non-space characters (punctuation), like nltk's
+# word_tokenize that datatrove calls; nltk/spaCy would need tokenizer data downloaded at run time
+WORD = re.compile(r"\w+(?:['’]\w+)*|[^\w\s]+")
+# sentences for C4's count: a run ending in terminal punctuation (nltk's punkt needs downloaded data)
+SENTENCE_END = re.compile(r"[.!?。！？]+(?=\s|$)")
+PARAGRAPHS = re.compile(r"\n{2,}")
+LINES = re.compile(r"\n+")
+CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+
+
+@dataclass(frozen=True)
+class SignalParams:
+    """How signals are measured (not thresholds): changing one recomputes the signals."""
+    c4_max_word_length: int = 1000          # C4: a line with a longer "word" is dropped
+    c4_min_words_per_line: int = 3          # C4: a line with fewer words is dropped
+    c4_filter_no_terminal_punct: bool = False  # C4 drops lines without terminal punctuation; FineWeb turns it off
+    fineweb_short_line_length: int = 30     # FineWeb: a line this short or shorter is "short"
+
+
+def words_of(text: str) -> list[str]:
+    return WORD.findall(text)
+
+
+def find_duplicates(items: list[str]) -> tuple[int, int]:
+    """(duplicate elements, their characters): each element after its first occurrence."""
+    unique: set[str] = set()
+    dup_elements = dup_chars = 0
+    for item in items:
+        if item in unique:
+            dup_elements += 1
+            dup_chars += len(item)
+        else:
+            unique.add(item)
+    return dup_elements, dup_chars
+
+
+def top_ngram_chars(words: list[str], n: int) -> int:
+    """Characters of the most frequent word n-gram times its count (Gopher's top n-gram share)."""
+    grams = Counter(" ".join(words[i:i + n]) for i in range(len(words) - n + 1))
+    if not grams:
+        return 0
+    gram, count = grams.most_common(1)[0]
+    return len(gram) * count
+
+
+def duplicated_ngram_chars(words: list[str], n: int) -> int:
+    """Characters in word n-grams seen before, without double counting overlaps (datatrove find_all_duplicate)."""
+    unique: set[str] = set()
+    repeated = idx = 0
+    while idx < len(words) - n + 1:
+        gram = "".join(words[idx:idx + n])
+        if gram in unique:
+            repeated += len(gram)
+            idx += n
+        else:
+            unique.add(gram)
+            idx += 1
+    return repeated
+
+
+def _ratio(a: float, b: float) -> float:
+    return a / b if b else 0.0
+
+
+def gopher_quality(text: str, words: list[str]) -> dict:
+    non_symbol = [w for w in words if any(ch not in PUNCTUATION for ch in w)]
+    n_words = len(words)
+    lines = text.splitlines()
+    return {
+        "n_words": n_words,
+        "n_non_symbol_words": len(non_symbol),
+        "mean_word_length": (sum(map(len, non_symbol)) / len(non_symbol)) if non_symbol else 0.0,
+        "hash_word_ratio": _ratio(text.count("#"), n_words),
+        "ellipsis_word_ratio": _ratio(text.count("...") + text.count("…"), n_words),
+        "bullet_lines_frac": _ratio(sum(ln.lstrip().startswith(("•", "-")) for ln in lines), len(lines)),
+        "ellipsis_lines_frac": _ratio(sum(ln.rstrip().endswith(("...", "…")) for ln in lines), len(lines)),
+        "alpha_words_frac": _ratio(sum(any(c.isalpha() for c in w) for w in words), n_words),
+        "stop_words": sum(w.lower() in GOPHER_STOP_WORDS for w in words),
+    }
+
+
+def gopher_repetition(text: str, words: list[str]) -> dict:
+    n_chars = len(text)
+    paragraphs = PARAGRAPHS.split(text.strip())
+    para_dup, para_chars = find_duplicates(paragraphs)
+    lines = LINES.split(text)
+    line_dup, line_chars = find_duplicates(lines)
+    out = {"dup_para_frac": _ratio(para_dup, len(paragraphs)), "dup_para_char_frac": _ratio(para_chars, n_chars),
+           "dup_line_frac": _ratio(line_dup, len(lines)), "dup_line_char_frac": _ratio(line_chars, n_chars)}
+    for n in (2, 3, 4):
+        out[f"top_{n}_gram_char_frac"] = _ratio(top_ngram_chars(words, n), n_chars)
+    for n in range(5, 11):
+        out[f"dup_{n}_gram_char_frac"] = _ratio(duplicated_ngram_chars(words, n), n_chars)
+    return out
+
+
+def c4(text: str, params: SignalParams) -> dict:
+    """C4's line rules as measurements: lines that survive, sentences in them, the two whole-document flags."""
+    lines = text.splitlines()
+    kept = sentences = 0
+    lorem = curly = False
+    for line in lines:
+        line = line.strip()
+        words = line.split()
+        if params.c4_max_word_length >= 0 and any(len(w) > params.c4_max_word_length for w in words):
+            continue
+        line = C4_CITATION.sub("", line)
+        if params.c4_filter_no_terminal_punct and (not line.endswith(C4_END_PUNCTUATION) or line.endswith("...")):
+            continue
+        if len(words) < params.c4_min_words_per_line:
+            continue
+        lower = line.lower()
+        lorem = lorem or "lorem ipsum" in lower
+        curly = curly or "{" in line
+        if "javascript" in lower or any(p in lower for p in C4_POLICY):
+            continue
+        sentences += max(1, len(SENTENCE_END.findall(line)) + (0 if SENTENCE_END.search(line[-1:] or " ") else 1))
+        kept += 1
+    return {"c4_lines_kept_frac": _ratio(kept, len(lines)), "c4_sentences": sentences,
+            "c4_lorem_ipsum": int(lorem), "c4_curly_bracket": int(curly)}
+
+
+def fineweb(text: str, words: list[str], params: SignalParams) -> dict:
+    lines = [ln for ln in text.split("\n") if ln.strip()]
+    return {
+        "fw_line_punct_frac": _ratio(sum(ln.endswith(TERMINAL_PUNCTUATION) for ln in lines), len(lines)),
+        "fw_short_line_frac": _ratio(sum(len(ln) <= params.fineweb_short_line_length for ln in lines), len(lines)),
+        "fw_dup_line_char_frac": _ratio(find_duplicates(lines)[1], len(text.replace("\n", ""))),
+        "fw_newline_word_ratio": _ratio(text.count("\n"), len(words)),
+    }
+
+
+def bad_input(text: str) -> dict:
+    """Junk that extraction let through: mojibake (U+FFFD from undecodable bytes), binary control characters."""
+    n = len(text)
+    printable = sum(1 for ch in text[:65536] if unicodedata.category(ch) not in ("Cc", "Co", "Cn")
+                    or ch in "\n\t\r") if n else 0
+    return {"n_chars": n, "replacement_char_frac": _ratio(text.count("\ufffd"), n),
+            "control_char_frac": _ratio(len(CONTROL.findall(text)), n),
+            "unprintable_frac": 1.0 - _ratio(printable, min(n, 65536)) if n else 0.0}
+
+
+def signals(text: str | None, params: SignalParams = SignalParams()) -> dict:
+    """Every heuristic signal of one document (see COLUMNS); an empty or missing text gives zeros."""
+    text = text or ""
+    words = words_of(text)
+    return {**bad_input(text), **gopher_quality(text, words), **gopher_repetition(text, words),
+            **c4(text, params), **fineweb(text, words, params)}
+
+
+_INT_COLUMNS = {"n_chars", "n_words", "n_non_symbol_words", "stop_words", "c4_sentences", "c4_lorem_ipsum",
+                "c4_curly_bracket"}
+COLUMNS: dict[str, str] = {name: ("int" if name in _INT_COLUMNS else "double") for name in signals("a b.")}

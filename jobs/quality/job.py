@@ -1,0 +1,170 @@
+"""`silver.documents` -> `silver.signals` -> (view) -> `silver.quality`: score once, decide later.
+
+    python -m jobs.quality.job [--lake DIR] [--full] [-o quality.routing.default.min_language_score=0.5]
+    spark-submit jobs/quality/job.py ...
+
+1. Signals (`silver.signals`, keyed on doc_id): language ID (lid.176), Gopher quality and repetition, C4,
+   FineWeb, bad input (empty, binary, mojibake), PII counts per type, and every model scorer enabled in
+   `quality.scorers` (jobs/quality/scorers.py), over Arrow batches on the executors.  Only documents whose
+   text (content_sha256) or signal settings changed since they were scored are scored again.
+2. Filters: a view (`quality.view`, built by `jobs.quality.filters.filtered`) over documents and signals with
+   the thresholds of `quality.filters` and per-language routing; `drop_reason` is the first failing rule.
+   Changing a threshold re-decides from stored signals: no signal is recomputed.
+3. `silver.quality`: the kept documents with PII replaced by typed placeholders, their language,
+   language_score and quality_score (what dedup's survivor rule prefers).  Redaction runs only on documents
+   not already in the table with the same source text.
+Every drop is counted by reason in `<lake>/_metrics/quality.json`; nothing fails the job for bad input.
+"""
+import os
+import sys
+
+if __name__ == "__main__":
+    # `spark-submit jobs/quality/job.py` puts jobs/quality/ first on sys.path; keep module names unambiguous
+    _here = os.path.dirname(os.path.abspath(__file__))
+    sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") not in (_here, os.path.dirname(_here))]
+
+import logging  # noqa: E402
+from dataclasses import asdict  # noqa: E402
+
+from jobs.base import SparkJob, is_empty, merge_table, settings_sha256, table_version, upsert_table  # noqa: E402
+from jobs.quality import filters, heuristics, signals  # noqa: E402
+
+log = logging.getLogger("weblm.jobs.quality")
+
+DOCUMENT_COLUMNS = ("doc_id", "url", "host", "fetch_time", "title", "text", "warc_file", "warc_offset",
+                    "content_sha256")
+OUTPUT_COLUMNS = ("doc_id", "url", "host", "fetch_time", "title", "text", "language", "language_score",
+                  "quality_score", "n_chars", "warc_file", "warc_offset", "content_sha256", "source_sha256",
+                  "drop_reason")
+
+
+def _delta(spark, path: str):
+    from delta.tables import DeltaTable
+
+    return spark.read.format("delta").load(path) if DeltaTable.isDeltaTable(spark, path) else None
+
+
+def signal_params(cfg) -> heuristics.SignalParams:
+    return heuristics.SignalParams(**asdict(cfg.signals))
+
+
+def filtered_view(spark, cfg, table):
+    """The filter view over the lake's current documents and signals (`table(name)` gives a table's location)."""
+    documents = spark.read.format("delta").load(table(cfg.input_table)).select(*DOCUMENT_COLUMNS)
+    stored = spark.read.format("delta").load(table(cfg.tables.signals))
+    view = filters.filtered(documents, stored, cfg)
+    view.createOrReplaceTempView(cfg.view)
+    return view
+
+
+class QualityJob(SparkJob):
+    name = "quality"
+    description = "silver.documents -> silver.signals (language, heuristics, PII, scorers) -> silver.quality"
+
+    def run_job(self, spark, args):
+        cfg = self.cfg.quality
+        batch_key = "spark.sql.execution.arrow.maxRecordsPerBatch"
+        previous_batch = spark.conf.get(batch_key, None)
+        spark.conf.set(batch_key, str(cfg.batch_rows))
+        try:
+            self.update_signals(spark, args.full)
+        finally:
+            if previous_batch is None:
+                spark.conf.unset(batch_key)
+            else:
+                spark.conf.set(batch_key, previous_batch)
+        self.decide(spark, args.full)
+
+    # -- score once -----------------------------------------------------------------------------------------
+    def update_signals(self, spark, full: bool) -> None:
+        from pyspark import StorageLevel
+        from pyspark.sql import functions as F
+
+        cfg = self.cfg.quality
+        params, scorer_settings = signal_params(cfg), dict(cfg.scorers or {})
+        sha = settings_sha256(signals.signals_settings(params, scorer_settings))
+        schema = signals.table_schema(scorer_settings)   # imports every enabled scorer: a bad name fails here
+        columns = [c.split("`")[1] for c in schema.split(", ")]
+        path = self.table(cfg.tables.signals)
+        docs = spark.read.format("delta").load(self.table(cfg.input_table)).select("doc_id", "text", "content_sha256")
+        existing = _delta(spark, path)
+        rebuild = full or existing is None or existing.columns != columns
+        if rebuild:
+            todo, gone = docs, None
+        else:
+            current = existing.where(F.col("signals_sha256") == sha).select("doc_id", "content_sha256")
+            todo = docs.join(current, ["doc_id", "content_sha256"], "left_anti")
+            gone = existing.select("doc_id").join(docs.select("doc_id"), "doc_id", "left_anti")
+        self.metrics.extra.update(signals_table=cfg.tables.signals, signals_sha256=sha,
+                                  mode="full" if full else "incremental",
+                                  scorers=sorted(signals.enabled_scorers(scorer_settings)))
+        if not rebuild and is_empty(todo) and is_empty(gone):
+            log.info("quality: every document's signals are current; silver.signals unchanged")
+            self.metrics.extra.update(signals_computed=0, signals_version=table_version(spark, path))
+            return
+        paths = self.paths
+        scored = (todo.mapInArrow(lambda b: signals.arrow_batches(b, params, scorer_settings, paths, sha), schema)
+                  .persist(StorageLevel.MEMORY_AND_DISK))
+        try:
+            self.metrics.extra["signals_computed"] = scored.count()
+            if existing is not None and existing.columns != columns:
+                # new signal columns (a scorer enabled): the table is rewritten with its new schema
+                scored.write.format("delta").mode("overwrite").option("overwriteSchema", "true").save(path)
+                result = {"version": table_version(spark, path), "inserted": 0, "updated": 0, "deleted": 0}
+            elif rebuild:
+                result = merge_table(spark, scored, path, "doc_id", sync=True)
+            else:
+                result = upsert_table(spark, scored, path, "doc_id", delete_keys=gone)
+        finally:
+            scored.unpersist()
+        self.metrics.extra.update(signals_version=result["version"], signals_inserted=result["inserted"],
+                                  signals_updated=result["updated"], signals_deleted=result["deleted"])
+
+    # -- decide later ---------------------------------------------------------------------------------------
+    def decide(self, spark, full: bool) -> None:
+        from pyspark import StorageLevel
+        from pyspark.sql import functions as F
+
+        cfg = self.cfg.quality
+        view = filtered_view(spark, cfg, self.table).persist(StorageLevel.MEMORY_AND_DISK)
+        try:
+            self.metrics.input_rows = view.count()
+            self.record_skips(view, "drop_reason", ["doc_id", "url", "language"])
+            kept = view if cfg.mode == "flag" else view.where(F.col("drop_reason").isNull())
+            kept = kept.withColumnRenamed("content_sha256", "source_sha256")
+            self.metrics.extra["languages"] = {r[0]: {"documents": r[1], "kept": r[2]} for r in view.groupBy("language").agg(
+                F.count(F.lit(1)), F.sum(F.when(F.col("drop_reason").isNull(), 1).otherwise(0))).collect()}
+            path = self.table(cfg.tables.output)
+            existing = None if full else _delta(spark, path)
+            if existing is None:
+                todo, reused = kept.select("doc_id", "text"), None
+            else:  # PII is redacted once per source text: rows already there with the same source are reused
+                have = existing.select("doc_id", "source_sha256", F.col("text").alias("redacted"))
+                todo = kept.join(have.select("doc_id", "source_sha256"), ["doc_id", "source_sha256"],
+                                 "left_anti").select("doc_id", "text")
+                reused = kept.select("doc_id", "source_sha256").join(have, ["doc_id", "source_sha256"]).select(
+                    "doc_id", F.col("redacted").alias("text"))
+            redacted = todo.mapInArrow(signals.redact_batches, "doc_id string, text string").persist(
+                StorageLevel.MEMORY_AND_DISK)
+            self.metrics.extra["redacted"] = redacted.count()
+            texts = redacted if reused is None else redacted.unionByName(reused)
+            out = (kept.drop("text").join(texts, "doc_id")
+                   .withColumn("n_chars", F.length("text").cast("int"))
+                   .withColumn("content_sha256", F.sha2(F.col("text"), 256))
+                   .select(*OUTPUT_COLUMNS))
+            result = merge_table(spark, out, path, "doc_id", sync=True)
+            redacted.unpersist()
+        finally:
+            view.unpersist()
+        table = spark.read.format("delta").load(path)
+        pii_totals = spark.read.format("delta").load(self.table(cfg.tables.signals)).agg(
+            *[F.sum(c).alias(c) for c in signals.pii.COLUMNS]).first().asDict()
+        self.metrics.output_rows = table.count()
+        self.metrics.extra.update(
+            table=cfg.tables.output, view=cfg.view, filter_mode=cfg.mode, table_version=result["version"],
+            rows_inserted=result["inserted"], rows_updated=result["updated"], rows_deleted=result["deleted"],
+            pii_found={k: int(v or 0) for k, v in pii_totals.items()})
+
+
+if __name__ == "__main__":
+    QualityJob().run()

@@ -1,0 +1,120 @@
+"""Per-document quality signals without Spark: language ID, Gopher quality/repetition, C4, FineWeb, bad input,
+and the scorer interface another stage plugs into."""
+from __future__ import annotations
+
+import pytest
+
+from jobs.quality import heuristics, langid, scorers, signals
+from jobs.quality.heuristics import SignalParams
+
+PROSE = ("The river authority reviewed the flood barrier in the morning, and the mayor said that it was safe. "
+         "Later that week the public library opened a reading programme for the children of the town. ")
+
+
+def test_langid_names_languages_with_scores_and_treats_newlines_as_spaces():
+    langs, scores = langid.identify([PROSE, "Der Stadtrat prüfte den Jahreshaushalt am Morgen nach der Sitzung.",
+                                     "東京は日本の首都であり、世界最大の都市圏の一つです。", "", "  \n "])
+    assert langs[:3] == ["en", "de", "ja"] and all(s > 0.65 for s in scores[:3])
+    assert langs[3:] == ["und", "und"] and scores[3:] == [0.0, 0.0]
+    one, _ = langid.identify(["The council met.\nIt approved the budget.\nThe vote was close."])
+    assert one == ["en"]  # fastText predicts one line: a newline must not end the text it sees
+    assert langid.one_line("a\nb\n") == "a b "
+
+
+def test_langid_gives_a_low_score_to_text_in_no_language():
+    langs, scores = langid.identify(["qzx vbnm kjh ptq wrrr zzt xqq fhhg"])
+    assert scores[0] < 0.65  # under the FineWeb floor: language_uncertain, not a confident guess
+
+
+def test_gopher_quality_measures_words_symbols_bullets_and_stop_words():
+    s = heuristics.signals(PROSE * 3)
+    assert s["n_non_symbol_words"] == 3 * len(PROSE.split()) and 3 <= s["mean_word_length"] <= 10
+    assert s["stop_words"] >= 2 and s["alpha_words_frac"] > 0.8 and s["hash_word_ratio"] == 0
+    listy = heuristics.signals("\n".join(f"- item {i} ..." for i in range(10)) + "\n#tag #tag #tag")
+    assert listy["bullet_lines_frac"] == pytest.approx(10 / 11)
+    assert listy["ellipsis_lines_frac"] == pytest.approx(10 / 11)
+    assert listy["hash_word_ratio"] > 0.05 and listy["ellipsis_word_ratio"] > 0.1
+
+
+def test_gopher_repetition_matches_datatrove_formulas():
+    text = "alpha beta gamma delta\nalpha beta gamma delta\nomega"
+    s = heuristics.signals(text)
+    assert s["dup_line_frac"] == pytest.approx(1 / 3)
+    assert s["dup_line_char_frac"] == pytest.approx(len("alpha beta gamma delta") / len(text))
+    # datatrove's find_all_duplicate joins the n-gram's words without spaces and skips n words after a hit
+    words = ("one two three four five " * 4).split()
+    assert heuristics.duplicated_ngram_chars(words, 5) == 3 * len("onetwothreefourfive")
+    assert heuristics.top_ngram_chars("a b a b a b".split(), 2) == len("a b") * 3
+    assert heuristics.find_duplicates(["x", "y", "x", "x"]) == (2, 2)
+    assert heuristics.signals(PROSE)["dup_5_gram_char_frac"] == 0
+
+
+def test_c4_counts_kept_lines_sentences_and_whole_document_flags():
+    text = ("This line has enough words. And a second sentence! A third?\n"
+            "Too short\n"
+            "Please enable javascript to view this page properly today.\n"
+            "Read our privacy policy before you continue with us.\n"
+            "function f() { return 1; } is code, not prose here.\n"
+            "Lorem ipsum dolor sit amet, consectetur adipiscing elit.")
+    s = heuristics.signals(text)
+    assert s["c4_curly_bracket"] == 1 and s["c4_lorem_ipsum"] == 1
+    assert s["c4_lines_kept_frac"] == pytest.approx(3 / 6)   # the short, javascript and policy lines go
+    assert s["c4_sentences"] == 3 + 1 + 1
+    strict = heuristics.signals("no punctuation at the end of this line\nThis one ends well.",
+                                SignalParams(c4_filter_no_terminal_punct=True))
+    assert strict["c4_lines_kept_frac"] == 0.5
+
+
+def test_fineweb_rules_measure_punctuation_short_lines_duplicates_and_lists():
+    text = "Menu\nHome\nAbout us\nA long line of prose that ends with a period.\nMenu"
+    s = heuristics.signals(text)
+    assert s["fw_line_punct_frac"] == pytest.approx(1 / 5)
+    assert s["fw_short_line_frac"] == pytest.approx(4 / 5)
+    assert s["fw_dup_line_char_frac"] == pytest.approx(4 / len(text.replace("\n", "")))
+    assert s["fw_newline_word_ratio"] == pytest.approx(4 / len(heuristics.words_of(text)))
+
+
+def test_bad_input_is_measured_not_raised():
+    empty = heuristics.signals("")
+    assert empty["n_chars"] == 0 and empty["n_words"] == 0 and empty["mean_word_length"] == 0.0
+    assert heuristics.signals(None)["n_chars"] == 0
+    mojibake = heuristics.signals("Caf\ufffd \ufffd\ufffd\ufffd r\ufffdsum\ufffd " * 20)
+    assert mojibake["replacement_char_frac"] > 0.2
+    binary = heuristics.signals(bytes(range(256)).decode("latin-1") * 10)
+    assert binary["control_char_frac"] > 0.05 and binary["unprintable_frac"] > 0.1
+    assert heuristics.signals(PROSE)["unprintable_frac"] == 0.0
+
+
+def test_score_texts_gives_every_column_one_value_per_text():
+    out = signals.score_texts([PROSE, "", None], SignalParams())
+    assert set(out) == set(signals.signal_columns())
+    assert all(len(values) == 3 for values in out.values())
+    assert out["language"] == ["en", "und", "und"] and out["pii_email"] == [0, 0, 0]
+
+
+class LengthScorer:
+    """A scorer as the perplexity/classifier stage writes one: the interface in jobs/quality/scorers.py."""
+    name = "length"
+
+    def columns(self):
+        return {"length_score": "double", "length_lang": "string"}
+
+    def load(self, settings, paths):
+        self.scale = settings["scale"]
+
+    def score(self, texts, languages):
+        return {"length_score": [len(t) / self.scale for t in texts], "length_lang": list(languages)}
+
+
+def test_enabled_scorers_run_after_langid_and_a_missing_model_names_its_job(monkeypatch, tmp_path):
+    monkeypatch.setitem(scorers.SCORERS, "length", f"{__name__}:LengthScorer")
+    settings = {"length": {"enabled": True, "scale": 10.0}, "other": {"enabled": False}}
+    assert isinstance(LengthScorer(), scorers.Scorer)
+    assert scorers.enabled_scorers(settings) == ["length"]
+    assert signals.signal_columns(settings)["length_score"] == "double"
+    out = signals.score_texts(["abcdefghij", PROSE], SignalParams(), scorers.LoadedScorers(settings, None))
+    assert out["length_score"][0] == 1.0 and out["length_lang"] == out["language"]
+    with pytest.raises(scorers.ScorerError, match="no scorer is registered under 'nope'"):
+        scorers.scorer_class("nope")
+    with pytest.raises(scorers.ScorerError, match="train it with `python -m jobs.quality.train_kenlm`"):
+        scorers.require_model("perplexity", str(tmp_path / "kenlm.bin"), "python -m jobs.quality.train_kenlm")
