@@ -1,0 +1,301 @@
+"""A bounded pool of headless Chromium pages (Playwright, Debian's /usr/bin/chromium) that renders fetched pages.
+
+The page's own HTML is served to the browser from the bytes the crawl already fetched (no second fetch of the
+page); its sub-requests go through `SubrequestGate` (robots.txt, host delay), are counted, and images, fonts
+and media are never requested.  Limits: `pages` renders at once, `timeout_s` per render, a V8 heap of
+`js_heap_mb` per renderer (a script that allocates without end crashes its own renderer, not the crawl),
+`max_dom_bytes` of DOM, `max_subrequests` per page; popups are closed and downloads refused.  Every failure is
+a `RenderResult` with `failure` set, never an exception: the caller keeps the plain HTML.  A browser that dies
+is started again and the render tried once more on it, so no request is lost to a crash.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import urllib.error
+import urllib.request
+from collections import Counter
+from dataclasses import dataclass, field
+
+from playwright.async_api import Error as PlaywrightError
+from playwright.async_api import async_playwright
+
+from spider.render.config import RenderConfig
+from spider.render.gate import SubrequestGate
+
+logger = logging.getLogger(__name__)
+
+_HOP_HEADERS = {"content-encoding", "content-length", "transfer-encoding", "connection", "keep-alive"}
+_DOM_BYTES_JS = "() => document.documentElement ? document.documentElement.outerHTML.length : 0"
+
+
+@dataclass
+class RenderResult:
+    url: str
+    html: bytes = b""                 # the rendered DOM (UTF-8); empty when the render failed
+    failure: str = ""                 # "" | timeout | page_crashed | browser_crashed | dom_too_large | error
+    detail: str = ""
+    seconds: float = 0.0
+    subrequests: int = 0              # sub-requests fetched for the page (through the gate)
+    subrequest_bytes: int = 0         # their body bytes
+    blocked: Counter = field(default_factory=Counter)   # sub-requests not made, by reason
+    popups: int = 0
+    downloads: int = 0
+    attempts: int = 1
+
+    @property
+    def ok(self) -> bool:
+        return not self.failure
+
+
+class _PageCrashed(Exception):
+    pass
+
+
+class RenderPool:
+    def __init__(self, cfg: RenderConfig, gate: SubrequestGate, proxy: str = "", user_agent: str = ""):
+        self.cfg = cfg
+        self.gate = gate
+        self.proxy = proxy
+        self.user_agent = user_agent
+        self.counters: Counter[str] = Counter()
+        self._slots = asyncio.Semaphore(cfg.pages)
+        self._playwright = None
+        self._browser = None
+        self._starting: asyncio.Lock | None = None
+        self._renders_on_browser = 0
+
+    # --- lifecycle ---------------------------------------------------------------------------------------
+    async def start(self) -> None:
+        await self._ensure_browser()
+
+    async def close(self) -> None:
+        browser, self._browser = self._browser, None
+        if browser is not None:
+            try:
+                await asyncio.wait_for(browser.close(), 10)
+            except Exception as exc:  # noqa: BLE001  (a dead browser has nothing left to close)
+                logger.debug("closing Chromium: %s", exc)
+        if self._playwright is not None:
+            await self._playwright.stop()
+            self._playwright = None
+
+    async def _ensure_browser(self):
+        if self._starting is None:
+            self._starting = asyncio.Lock()
+        async with self._starting:
+            if self._browser is not None and self._browser.is_connected() \
+                    and self._renders_on_browser < self.cfg.restart_after_renders:
+                return self._browser
+            if self._browser is not None:
+                old, self._browser = self._browser, None
+                self.counters["browser_restarts"] += 1
+                try:
+                    await asyncio.wait_for(old.close(), 5)
+                except Exception:  # noqa: BLE001  (it is gone already)
+                    pass
+            if self._playwright is None:
+                self._playwright = await async_playwright().start()
+            self._browser = await self._playwright.chromium.launch(
+                executable_path=self.cfg.executable, headless=True,
+                args=["--no-sandbox",  # root in containers; the browser only sees pages we already fetched
+                      f"--js-flags=--max-old-space-size={self.cfg.js_heap_mb}",
+                      "--disable-dev-shm-usage", "--disable-gpu", "--mute-audio",
+                      "--disable-background-networking", "--no-first-run"],
+                proxy={"server": self.proxy} if self.proxy else None)
+            self._renders_on_browser = 0
+            self.counters["browser_launches"] += 1
+            return self._browser
+
+    def browser_pid(self) -> int | None:
+        """The Chromium process id (tests kill it to check that a crash loses nothing)."""
+        proc = getattr(getattr(self._browser, "_impl_obj", None), "_browser_process", None)
+        return getattr(proc, "pid", None)
+
+    # --- rendering ---------------------------------------------------------------------------------------
+    async def render(self, url: str, body: bytes, status: int = 200, headers: dict[str, str] | None = None) -> RenderResult:
+        """Render `url` from its already-fetched `body`; never raises."""
+        async with self._slots:
+            started = time.monotonic()
+            result = RenderResult(url)
+            for attempt in (1, 2):
+                result = RenderResult(url, attempts=attempt)
+                try:
+                    browser = await self._ensure_browser()
+                    self._renders_on_browser += 1
+                    await asyncio.wait_for(self._render_once(browser, url, body, status, headers or {}, result),
+                                           self.cfg.timeout_s)
+                except asyncio.TimeoutError:
+                    result.failure, result.detail = "timeout", f"no rendered DOM within {self.cfg.timeout_s} s"
+                except _PageCrashed as exc:
+                    result.failure, result.detail = "page_crashed", str(exc)
+                except PlaywrightError as exc:
+                    if self._browser is None or not self._browser.is_connected():
+                        result.failure, result.detail = "browser_crashed", _first_line(exc)
+                        self.counters["browser_crashes"] += 1
+                        if attempt == 1:
+                            continue  # restart the browser and render again: a crash never loses the request
+                    else:
+                        result.failure, result.detail = "error", _first_line(exc)
+                except Exception as exc:  # noqa: BLE001  (one bad page must not stop the crawl's renders)
+                    result.failure, result.detail = "error", f"{type(exc).__name__}: {exc}"
+                break
+            result.seconds = round(time.monotonic() - started, 3)
+            self.counters["renders"] += 1
+            self.counters["renders_ok" if result.ok else f"failed/{result.failure}"] += 1
+            self.counters["subrequests"] += result.subrequests
+            self.counters["subrequest_bytes"] += result.subrequest_bytes
+            for reason, n in result.blocked.items():
+                self.counters[f"blocked/{reason}"] += n
+            self.counters["popups_closed"] += result.popups
+            self.counters["downloads_refused"] += result.downloads
+            return result
+
+    async def _render_once(self, browser, url: str, body: bytes, status: int, headers: dict[str, str],
+                           result: RenderResult) -> None:
+        context = await browser.new_context(user_agent=self.user_agent or None, accept_downloads=False,
+                                            service_workers="block", java_script_enabled=True,
+                                            proxy={"server": self.proxy} if self.proxy else None)
+        crashed = asyncio.get_running_loop().create_future()
+        inflight = [0]
+        work = None
+        try:
+            page = await context.new_page()
+            page.on("crash", lambda _: crashed.done() or crashed.set_result("renderer crashed (out of memory?)"))
+            page.on("popup", lambda popup: self._close_popup(popup, result))
+            page.on("download", lambda download: self._refuse_download(download, result))
+            page_headers = {k: v for k, v in headers.items() if k.lower() not in _HOP_HEADERS}
+            self.gate.fetched(self.gate.host_of(url))
+
+            async def route(r):
+                await self._route(r, url, body, status, page_headers, result, inflight)
+
+            await context.route("**/*", route)
+            page.on("requestfinished", lambda request: request.is_navigation_request()
+                    or asyncio.ensure_future(self._count_bytes(request, result)))
+            work = asyncio.ensure_future(self._load(page, url, result, inflight))
+            done, _ = await asyncio.wait({work, crashed}, return_when=asyncio.FIRST_COMPLETED)
+            if crashed in done:
+                work.cancel()
+                raise _PageCrashed(crashed.result())
+            work.result()
+        finally:
+            if work is not None and not work.done():
+                work.cancel()  # timed out or crashed: stop waiting on the page
+            if work is not None:
+                work.add_done_callback(lambda t: t.cancelled() or t.exception())  # retrieved: no warning
+            try:
+                await asyncio.wait_for(context.close(), 5)
+            except Exception:  # noqa: BLE001  (a crashed browser's contexts are gone already)
+                pass
+
+    async def _load(self, page, url: str, result: RenderResult, inflight: list[int]) -> None:
+        await page.goto(url, wait_until="load", timeout=self.cfg.timeout_s * 1000)
+        await self._settle(inflight)
+        for _ in range(self.cfg.scroll_steps):  # lazy content (infinite scroll, IntersectionObserver) loads on scroll
+            if await page.evaluate(_DOM_BYTES_JS) > self.cfg.max_dom_bytes:
+                break
+            await page.evaluate("() => window.scrollTo(0, document.body ? document.body.scrollHeight : 0)")
+            await self._settle(inflight)
+        html = await page.content()
+        data = html.encode("utf-8", errors="replace")
+        if len(data) > self.cfg.max_dom_bytes:
+            result.failure = "dom_too_large"
+            result.detail = f"rendered DOM is {len(data)} bytes, above render.max_dom_bytes={self.cfg.max_dom_bytes}"
+            return
+        result.html = data
+
+    async def _settle(self, inflight: list[int]) -> None:
+        """Wait until no sub-request has been in flight for 100 ms, at most settle_s."""
+        deadline = time.monotonic() + self.cfg.settle_s
+        await asyncio.sleep(0.05)
+        quiet = 0
+        while time.monotonic() < deadline and quiet < 2:
+            quiet = quiet + 1 if inflight[0] == 0 else 0
+            await asyncio.sleep(0.05)
+
+    async def _route(self, r, page_url: str, body: bytes, status: int, headers: dict[str, str],
+                     result: RenderResult, inflight: list[int]) -> None:
+        request = r.request
+        if request.is_navigation_request():
+            if request.url == page_url and _is_main_frame(request) and not result.html:
+                await r.fulfill(status=status, headers=headers, body=body)  # the bytes the crawl fetched: no refetch
+                return
+            reason = "navigation"  # popups, frames, script redirects: other pages, fetched by the crawl if linked
+        else:
+            reason = self._refusal(request)
+        if reason is None and not await self.gate.allowed(request.url, self._fetch_robots):
+            reason = "robots"
+        if reason is not None:
+            result.blocked[reason] += 1
+            await r.abort("blockedbyclient")
+            return
+        inflight[0] += 1
+        try:
+            await self.gate.wait_turn(self.gate.host_of(request.url))
+            result.subrequests += 1
+            # the browser fetches it itself, through its proxy (Playwright's own fetch would tunnel with CONNECT)
+            await r.continue_()
+        except PlaywrightError as exc:
+            result.blocked["failed"] += 1
+            logger.debug("render sub-request %s failed: %s", request.url, _first_line(exc))
+        finally:
+            inflight[0] -= 1
+
+    @staticmethod
+    async def _count_bytes(request, result: RenderResult) -> None:
+        try:
+            result.subrequest_bytes += (await request.sizes())["responseBodySize"]
+        except PlaywrightError:
+            pass  # the page closed first: its bytes are not counted
+
+    def _refusal(self, request) -> str | None:
+        if request.resource_type in self.cfg.block_resource_types:
+            return request.resource_type
+        if not request.url.startswith(("http://", "https://")):
+            return "scheme"
+        if request.method not in ("GET", "HEAD"):
+            return "method"  # a render reads; it never posts forms or beacons
+        return None
+
+    async def _fetch_robots(self, url: str) -> tuple[int, bytes]:
+        """robots.txt for a sub-request's host, through the crawl's proxy; off the event loop (urllib blocks)."""
+        return await asyncio.to_thread(_get, url, self.proxy, self.user_agent)
+
+    def _close_popup(self, popup, result: RenderResult) -> None:
+        result.popups += 1
+        asyncio.ensure_future(_quietly(popup.close()))
+
+    def _refuse_download(self, download, result: RenderResult) -> None:
+        result.downloads += 1
+        asyncio.ensure_future(_quietly(download.cancel()))
+
+
+def _get(url: str, proxy: str, user_agent: str, limit: int = 512_000) -> tuple[int, bytes]:
+    """A plain GET (stdlib: robots.txt needs no browser, and Playwright's request API tunnels even http)."""
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({"http": proxy, "https": proxy} if proxy else {}))
+    request = urllib.request.Request(url, headers={"User-Agent": user_agent or "weblm-spider"})
+    try:
+        with opener.open(request, timeout=10) as response:
+            return response.status, response.read(limit)
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read(limit)
+
+
+def _is_main_frame(request) -> bool:
+    try:
+        return request.frame.parent_frame is None
+    except PlaywrightError:  # a popup's first navigation has no frame yet: not the page being rendered
+        return False
+
+
+async def _quietly(coro) -> None:
+    try:
+        await coro
+    except Exception:  # noqa: BLE001  (a popup or download that is already gone)
+        pass
+
+
+def _first_line(exc: Exception) -> str:
+    return f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
