@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Iterable
 
 from conf import as_dict, load
+from spider.render.config import RenderConfig
 
 
 @dataclass(frozen=True)
@@ -104,6 +105,7 @@ class CrawlConfig:
     warc: WarcConfig
     frontier: FrontierConfig
     metrics: MetricsConfig
+    render: RenderConfig = RenderConfig()
 
     def __post_init__(self) -> None:
         if not self.user_agent:

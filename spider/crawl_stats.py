@@ -38,6 +38,7 @@ def crawl_stats(scrapy_stats: Mapping[str, Any], seeds: int) -> dict[str, Any]:
         "warc_bytes": scrapy_stats.get("weblm/warc/bytes", 0),
         "warc_files_durable": scrapy_stats.get("weblm/warc/files_durable", 0),
         "warc_upload": _under(scrapy_stats, "weblm/warc_upload/"),  # {} when warc_dir is local
+        "render": _under(scrapy_stats, "weblm/render/"),  # {} when crawl.render is off (spider/render)
         "elapsed_s": scrapy_stats.get("elapsed_time_seconds", 0.0),
         "hosts": _under(scrapy_stats, "weblm/hosts/"),
         "seeds": seeds,

@@ -38,6 +38,7 @@ from warcio.timeutils import datetime_to_iso_date
 from warcio.warcwriter import WARCWriter
 
 from spider.frontier.backend import DigestSeen
+from spider.render.warc_record import RenderedDom, conversion_record
 from storage import fsync_dir  # noqa: F401  (re-exported for the spider's modules)
 
 logger = logging.getLogger(__name__)
@@ -135,6 +136,7 @@ class Fetch:
     ip_address: str | None = None                 # the address contacted (WARC 1.1 §5.12)
     truncated: str | None = None                  # WARC-Truncated reason (§5.13) when the body is not whole
     metadata: dict[str, str] | None = None        # fields of its metadata record; None: no metadata record
+    record_id: str | None = None                  # WARC-Record-ID of its response/revisit, when chosen at capture
 
     @property
     def status(self) -> int | None:
@@ -193,6 +195,7 @@ class WarcCounters:
     records: int = 0
     responses: int = 0  # response records
     revisits: int = 0   # revisit records (fetches whose payload was already stored)
+    conversions: int = 0  # conversion records (rendered DOMs)
     bytes: int = 0      # compressed bytes of every file written, the open one included
     digest_index_errors: int = 0  # lookups that failed: those fetches were stored in full
 
@@ -238,7 +241,7 @@ class RotatingWarcWriter:
 
     def write(self, fetch: Fetch, digests: DigestIndex | None = None) -> Written:
         """Write a fetch's records; with `digests`, a payload stored before becomes a revisit record."""
-        record_id = StatusAndHeadersParser.make_warc_id()
+        record_id = fetch.record_id or StatusAndHeadersParser.make_warc_id()
         digest = payload_digest(fetch.response_body)
         first = self._first_capture(fetch, digest, record_id, digests) if digests is not None else None
         main = self._revisit(fetch, digest, record_id, first) if first else self._response(fetch, digest, record_id)
@@ -257,6 +260,13 @@ class RotatingWarcWriter:
             self.counters.responses += 1
         self._after_write()
         return Written(record_id, first)
+
+    def write_rendered(self, dom: RenderedDom) -> None:
+        """Write a rendered DOM as a `conversion` record (spider/render/warc_record.py); not a fetch of its own."""
+        self._append(_serialize([conversion_record(self._builder, dom)]))
+        self.counters.records += 1
+        self.counters.conversions += 1
+        self._after_write()
 
     def close(self) -> None:
         """Close the open file (if any) and rename it to its final name.  Safe to call twice."""

@@ -55,6 +55,9 @@ class WebSpider(scrapy.Spider):
         if not isinstance(response, TextResponse):
             self.crawler.stats.inc_value("weblm/parse/not_text")  # images, PDFs: archived, not followed
             return
+        rendered = response.meta.get("weblm_rendered_html")  # spider/render: follow the links the browser built
+        if rendered:
+            response = response.replace(body=rendered, encoding="utf-8")
         try:
             links = self.link_extractor.extract_links(response)
         except Exception as exc:  # a page lxml cannot parse must not end the crawl

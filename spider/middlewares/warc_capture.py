@@ -33,6 +33,7 @@ from scrapy.utils.httpobj import urlparse_cached
 from twisted.internet import threads
 from twisted.internet.defer import Deferred
 from twisted.internet.task import LoopingCall
+from warcio.statusandheaders import StatusAndHeadersParser
 
 import storage
 from spider.config import CrawlConfig
@@ -42,6 +43,8 @@ from spider.warc import (UNRECORDED_REQUEST_HEADERS, ClosedWarc, DigestIndex, Fe
 from spider.warc_thread import WarcWriterThread, WriterStopped
 from spider.warc_upload import WarcUploads
 from spider.wire import WIRE_META_KEY
+
+RECORD_ID_META_KEY = "weblm_warc_record_id"  # the response/revisit record id of the fetch, set at capture
 
 logger = logging.getLogger(__name__)
 
@@ -84,6 +87,7 @@ class WarcCaptureMiddleware:
             "config-sha256": cfg.digest(),
         }
         mw = cls(crawler, Path(buffer if remote else warc_dir), cfg, warcinfo)
+        crawler.weblm_warc_thread = mw.thread  # spider/render writes rendered DOMs through the same writer
         if remote:
             mw.uploads = WarcUploads(buffer, warc_dir, on_durable=mw.durable_from_thread)
         crawler.signals.connect(mw.open, signal=signals.spider_opened)
@@ -110,7 +114,9 @@ class WarcCaptureMiddleware:
             resp_head = response_head(getattr(response, "protocol", None), response.status, _pairs(response.headers))
             self.stats.inc_value("weblm/warc/response_head_rebuilt")
         date = warc_date()
-        fetch = Fetch(response.url, req_head, request.body, resp_head, response.body, date=date,
+        # chosen here, so that a rendered DOM written later can name this record (WARC-Refers-To)
+        request.meta[RECORD_ID_META_KEY] = record_id = StatusAndHeadersParser.make_warc_id()
+        fetch = Fetch(response.url, req_head, request.body, resp_head, response.body, date=date, record_id=record_id,
                       # the address contacted (WARC 1.1 §5.12): the proxy's when the crawl goes through one
                       ip_address=str(response.ip_address) if response.ip_address else None,
                       truncated="disconnect" if "dataloss" in response.flags else None,
@@ -241,6 +247,8 @@ class WarcCaptureMiddleware:
         self.stats.set_value("weblm/warc/records", c.records)
         self.stats.set_value("weblm/warc/responses", c.responses)
         self.stats.set_value("weblm/warc/revisits", c.revisits)
+        if c.conversions:
+            self.stats.set_value("weblm/warc/conversions", c.conversions)
         self.stats.set_value("weblm/warc/bytes", c.bytes)
         self.stats.set_value("weblm/warc/queued", self.thread.queued())
         if c.digest_index_errors:

@@ -16,10 +16,10 @@ class RenderConfig:
     max_dom_bytes: int = 5_000_000
     block_resource_types: list[str] = field(default_factory=lambda: ["image", "font", "media"])
     max_subrequests: int = 50
-    min_html_bytes: int = 1024
+    min_html_bytes: int = 512
     thin_text_chars: int = 250
     spa_text_chars: int = 1500
-    min_text_ratio: float = 0.02
+    min_text_ratio: float = 0.0
     min_gain_chars: int = 200
     host_render_after: int = 2
     host_stop_after: int = 2

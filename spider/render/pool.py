@@ -224,7 +224,7 @@ class RenderPool:
                 return
             reason = "navigation"  # popups, frames, script redirects: other pages, fetched by the crawl if linked
         else:
-            reason = self._refusal(request)
+            reason = self._refusal(request, result)
         if reason is None and not await self.gate.allowed(request.url, self._fetch_robots):
             reason = "robots"
         if reason is not None:
@@ -250,7 +250,9 @@ class RenderPool:
         except PlaywrightError:
             pass  # the page closed first: its bytes are not counted
 
-    def _refusal(self, request) -> str | None:
+    def _refusal(self, request, result: RenderResult) -> str | None:
+        if result.subrequests >= self.cfg.max_subrequests:
+            return "budget"
         if request.resource_type in self.cfg.block_resource_types:
             return request.resource_type
         if not request.url.startswith(("http://", "https://")):
