@@ -146,7 +146,8 @@ def _feed(web: "GeneratedWeb", host: str) -> None:
             "  fetch('/api/feed/' + k + '.json').then(r => r.json()).then(d => {\n"
             "    for (const p of d.paragraphs) { const e = document.createElement('p'); e.textContent = p;\n"
             "      document.getElementById('feed').appendChild(e); }\n"
-            "    k = d.more ? k + 1 : -1; busy = false; }); });\n"
+            "    k = d.more ? k + 1 : -1; busy = false;\n"
+            "    const s = document.getElementById('sentinel'); io.unobserve(s); io.observe(s); }); });\n"
             "io.observe(document.getElementById('sentinel'));\n</script>")
     url = f"http://{host}/stream"
     web.add(PageTruth(url, host, 200, "js-scroll", title, "en", "\n\n".join(ordered),

@@ -27,6 +27,8 @@ from spider.render.gate import SubrequestGate
 logger = logging.getLogger(__name__)
 
 _HOP_HEADERS = {"content-encoding", "content-length", "transfer-encoding", "connection", "keep-alive"}
+# how far the page reaches below the viewport (0: it fits, nothing to scroll for)
+_HEIGHT_JS = "() => document.body ? Math.max(0, document.body.scrollHeight - window.innerHeight) : 0"
 _DOM_BYTES_JS = "() => document.documentElement ? document.documentElement.outerHTML.length : 0"
 
 
@@ -193,11 +195,17 @@ class RenderPool:
     async def _load(self, page, url: str, result: RenderResult, inflight: list[int]) -> None:
         await page.goto(url, wait_until="load", timeout=self.cfg.timeout_s * 1000)
         await self._settle(inflight)
+        height = await page.evaluate(_HEIGHT_JS)
         for _ in range(self.cfg.scroll_steps):  # lazy content (infinite scroll, IntersectionObserver) loads on scroll
-            if await page.evaluate(_DOM_BYTES_JS) > self.cfg.max_dom_bytes:
-                break
+            if height <= 0 or await page.evaluate(_DOM_BYTES_JS) > self.cfg.max_dom_bytes:
+                break  # nothing below the fold, or a DOM already too big
             await page.evaluate("() => window.scrollTo(0, document.body ? document.body.scrollHeight : 0)")
+            await asyncio.sleep(0.1)  # observers and scroll handlers start their requests a few ms after the scroll
             await self._settle(inflight)
+            grown = await page.evaluate(_HEIGHT_JS)
+            if grown == height:
+                break  # the scroll loaded nothing: the page is whole
+            height = grown
         html = await page.content()
         data = html.encode("utf-8", errors="replace")
         if len(data) > self.cfg.max_dom_bytes:
@@ -207,13 +215,15 @@ class RenderPool:
         result.html = data
 
     async def _settle(self, inflight: list[int]) -> None:
-        """Wait until no sub-request has been in flight for 100 ms, at most settle_s."""
+        """Wait until no sub-request has been in flight for 50 ms, at most settle_s."""
         deadline = time.monotonic() + self.cfg.settle_s
         await asyncio.sleep(0.05)
-        quiet = 0
-        while time.monotonic() < deadline and quiet < 2:
-            quiet = quiet + 1 if inflight[0] == 0 else 0
-            await asyncio.sleep(0.05)
+        while time.monotonic() < deadline:
+            if inflight[0] == 0:
+                await asyncio.sleep(0.05)
+                if inflight[0] == 0:
+                    return
+            await asyncio.sleep(0.025)
 
     async def _route(self, r, page_url: str, body: bytes, status: int, headers: dict[str, str],
                      result: RenderResult, inflight: list[int]) -> None:
