@@ -100,6 +100,11 @@ class RemoteConfig:
 
 
 @dataclass(frozen=True)
+class LimitsConfig:
+    memory_fraction: float
+
+
+@dataclass(frozen=True)
 class TrainerConfig:
     backend: str
     seed: int
@@ -113,6 +118,7 @@ class TrainerConfig:
     remote: RemoteConfig
     cuda: CudaConfig
     stability: StabilityConfig
+    limits: LimitsConfig
 
     def __post_init__(self) -> None:
         m, b, s = self.model, self.batch, self.schedule
@@ -167,6 +173,8 @@ class TrainerConfig:
                 raise ConfigError(f"schedule.{name} must be >= 1, got {getattr(s, name)}")
         if self.remote.download_attempts < 1:
             raise ConfigError(f"remote.download_attempts must be >= 1, got {self.remote.download_attempts}")
+        if not 0 <= self.limits.memory_fraction <= 1:
+            raise ConfigError(f"limits.memory_fraction must be in [0, 1] (0 = no check), got {self.limits.memory_fraction}")
         if self.remote.drain_timeout_s < 0:
             raise ConfigError(f"remote.drain_timeout_s must be >= 0, got {self.remote.drain_timeout_s}")
 

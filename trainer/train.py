@@ -33,6 +33,7 @@ from trainer.input_cache import open_manifest
 from trainer.lineage import LineageWriter, NoLineage
 from trainer.manifest import Manifest, ManifestError
 from trainer.loader import StepLoader, to_device
+from trainer.fit import check_fits
 from trainer.flops import bf16_peak, flops_per_token, mfu
 from trainer.model import count_parameters, padded_vocab_size, transformer_parameters
 from trainer.progress import Meter, Progress
@@ -80,6 +81,7 @@ def _train(cfg: TrainerConfig, paths: Paths, manifest: Manifest, folder: RunFold
         raise CheckpointError(f"{where} holds checkpoints of an earlier run; pass --resume to continue "
                               "it, or choose another --out")
     with open_backend(cfg) as backend:
+        check_fits(cfg, manifest.vocab_size)   # before any allocation: a run that cannot fit stops here
         datasets = build_datasets(cfg, manifest, files.cache(manifest.sha256))
         vocab_size = padded_vocab_size(manifest.vocab_size, cfg.model.vocab_multiple, cfg.parallel.tp)
         engine = build_engine(cfg, backend, vocab_size)

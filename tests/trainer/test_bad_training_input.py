@@ -100,3 +100,24 @@ def test_a_crash_mid_run_marks_the_mlflow_run_failed(manifest_path, tmp_path, mo
     assert run.info.status == "FAILED"
     lineage = (tmp_path / "crash" / "train" / "lineage" / "batches.jsonl").read_text().splitlines()
     assert len(lineage) == 2           # the two finished steps, each whole
+
+
+def test_a_sequence_beyond_the_device_memory_stops_before_training(manifest_path, tmp_path):
+    cfg = tiny_config("model.seq_length=50000", "schedule.steps=5", "schedule.eval_interval=0")
+    paths = tmp_paths(tmp_path / "long")
+    with pytest.raises(ConfigError, match=r"needs about [\d,.]+ GiB per device .* lower model.seq_length \(50000\)"):
+        train(cfg, paths, manifest_path)
+    assert not (tmp_path / "long" / "train" / "checkpoints").exists() or \
+        not list((tmp_path / "long" / "train" / "checkpoints").iterdir())
+    mlflow.set_tracking_uri(paths.mlflow_tracking_uri)
+    experiment = MlflowClient().get_experiment_by_name(cfg.experiment)
+    assert experiment is None or not MlflowClient().search_runs([experiment.experiment_id])   # no run started
+
+
+def test_the_memory_estimate_grows_with_the_sequence_and_can_be_switched_off():
+    from trainer.fit import check_fits, run_estimate
+    short, long = (run_estimate(tiny_config(f"model.seq_length={s}"), 4096) for s in (1024, 4096))
+    assert long["activations"] == pytest.approx(4 * short["activations"])   # SDPA: linear in s
+    assert long["attention_mask"] == pytest.approx(16 * short["attention_mask"])   # the document mask: s x s
+    assert long["weights"] == short["weights"] > 0
+    assert check_fits(tiny_config("model.seq_length=50000", "limits.memory_fraction=0"), 4096)["total"] > 100 * 2 ** 30
