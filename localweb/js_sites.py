@@ -124,7 +124,7 @@ def _spa(web: "GeneratedWeb", host: str, n: int) -> None:
         data = {"props": {"pageProps": {"title": title, "paragraphs": paragraphs,
                                         "links": [{"href": f"http://{host}/post/{(i + 1) % n}", "text": "Next post"}]}},
                 "page": "/post/[id]", "buildId": "weblm"}
-        body = ('<div id="__next"></div>\n'
+        body = ('<img src="/_next/static/hero.png" alt="">\n<div id="__next"></div>\n'
                 f'<script id="__NEXT_DATA__" type="application/json">{html.escape(json.dumps(data), quote=False)}</script>\n'
                 '<script src="/_next/static/app.js" defer></script>')
         web.add(PageTruth(url, host, 200, "js-spa", title, "en", "\n\n".join(paragraphs),

@@ -8,6 +8,7 @@ cached per process for `frontier.robots_ttl_s`.  Hand-written because Playwright
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections import Counter
 from typing import Awaitable, Callable
@@ -75,6 +76,19 @@ class SubrequestGate:
                 await asyncio.sleep(wait)
             self._last[host] = self._clock()
         return max(wait, 0.0)
+
+    @contextlib.asynccontextmanager
+    async def turn(self, host: str):
+        """Hold `host` for one request: `delay_s` after the end of the previous one, one at a time."""
+        lock = self._locks.setdefault(host, asyncio.Lock())
+        async with lock:
+            wait = self._last.get(host, float("-inf")) + self.delay_s - self._clock()
+            if wait > 0:
+                await asyncio.sleep(wait)
+            try:
+                yield
+            finally:
+                self._last[host] = self._clock()
 
     def host_of(self, url: str) -> str:
         return urlsplit(url).hostname or ""

@@ -110,11 +110,6 @@ class RenderPool:
             self.counters["browser_launches"] += 1
             return self._browser
 
-    def browser_pid(self) -> int | None:
-        """The Chromium process id (tests kill it to check that a crash loses nothing)."""
-        proc = getattr(getattr(self._browser, "_impl_obj", None), "_browser_process", None)
-        return getattr(proc, "pid", None)
-
     # --- rendering ---------------------------------------------------------------------------------------
     async def render(self, url: str, body: bytes, status: int = 200, headers: dict[str, str] | None = None) -> RenderResult:
         """Render `url` from its already-fetched `body`; never raises."""
@@ -171,11 +166,14 @@ class RenderPool:
             self.gate.fetched(self.gate.host_of(url))
 
             async def route(r):
-                await self._route(r, url, body, status, page_headers, result, inflight)
+                await self._route(r, url, body, status, page_headers, result)
 
             await context.route("**/*", route)
-            page.on("requestfinished", lambda request: request.is_navigation_request()
-                    or asyncio.ensure_future(self._count_bytes(request, result)))
+            # requests in flight, from the page's first sight of them (robots.txt and host-delay waits included)
+            page.on("request", lambda request: inflight.__setitem__(0, inflight[0] + 1))
+            page.on("requestfailed", lambda request: inflight.__setitem__(0, inflight[0] - 1))
+            page.on("requestfinished", lambda request: inflight.__setitem__(0, inflight[0] - 1)
+                    or request.is_navigation_request() or asyncio.ensure_future(self._count_bytes(request, result)))
             work = asyncio.ensure_future(self._load(page, url, result, inflight))
             done, _ = await asyncio.wait({work, crashed}, return_when=asyncio.FIRST_COMPLETED)
             if crashed in done:
@@ -226,7 +224,7 @@ class RenderPool:
             await asyncio.sleep(0.025)
 
     async def _route(self, r, page_url: str, body: bytes, status: int, headers: dict[str, str],
-                     result: RenderResult, inflight: list[int]) -> None:
+                     result: RenderResult) -> None:
         request = r.request
         if request.is_navigation_request():
             if request.url == page_url and _is_main_frame(request) and not result.html:
@@ -241,17 +239,15 @@ class RenderPool:
             result.blocked[reason] += 1
             await r.abort("blockedbyclient")
             return
-        inflight[0] += 1
         try:
-            await self.gate.wait_turn(self.gate.host_of(request.url))
-            result.subrequests += 1
-            # the browser fetches it itself, through its proxy (Playwright's own fetch would tunnel with CONNECT)
-            await r.continue_()
+            async with self.gate.turn(self.gate.host_of(request.url)):
+                result.subrequests += 1
+                # the browser fetches it itself, through its proxy (Playwright's own fetch would tunnel with CONNECT)
+                await r.continue_()
+                await request.response()  # the host is free again only once it has answered
         except PlaywrightError as exc:
             result.blocked["failed"] += 1
             logger.debug("render sub-request %s failed: %s", request.url, _first_line(exc))
-        finally:
-            inflight[0] -= 1
 
     @staticmethod
     async def _count_bytes(request, result: RenderResult) -> None:

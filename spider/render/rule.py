@@ -54,7 +54,8 @@ def visible_text(root) -> str:
     """The text a reader sees without running scripts: invisible elements and comments removed (in place)."""
     for node in list(root.iter(*_INVISIBLE, etree.Comment)):
         node.drop_tree()  # keeps the node's tail text, which is visible
-    return _SPACE.sub(" ", root.text_content()).strip()
+    body = root.find("body")  # the <title> and the rest of <head> are not page text
+    return _SPACE.sub(" ", (body if body is not None else root).text_content()).strip()
 
 
 def signals(html: bytes) -> Signals:

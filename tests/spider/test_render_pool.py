@@ -1,0 +1,131 @@
+"""The render pool on real Chromium (Debian's /usr/bin/chromium via Playwright) against the local web's JS hosts.
+
+One browser for the whole module (launching one costs ~1 s); each test renders a few pages in it.
+"""
+from __future__ import annotations
+
+import asyncio
+import gzip
+import signal
+import time
+
+import lxml.html
+import psutil
+import pytest
+
+from localweb import LocalWeb, load_config
+from spider.render.config import RenderConfig
+from spider.render.gate import SubrequestGate
+from spider.render.middleware import rendered_text_chars
+from spider.render.pool import RenderPool
+from spider.render.rule import needs_render, visible_text
+
+DELAY = 0.3  # the sub-request gate's host delay: small, but measurable in the proxy's arrival log
+
+
+@pytest.fixture(scope="module")
+def web():
+    with LocalWeb(load_config(["js_hosts=true", "pages_per_host=10"])) as running:
+        yield running
+
+
+@pytest.fixture(scope="module")
+def loop():
+    loop = asyncio.new_event_loop()
+    yield loop
+    loop.close()
+
+
+@pytest.fixture(scope="module")
+def pool(web, loop):
+    cfg = RenderConfig(enabled=True, pages=2, timeout_s=3.0, max_dom_bytes=1_000_000, js_heap_mb=64)
+    pool = RenderPool(cfg, SubrequestGate(DELAY, "weblm-test"), proxy=web.proxy_url, user_agent="weblm-test")
+    loop.run_until_complete(pool.start())
+    yield pool
+    loop.run_until_complete(pool.close())
+
+
+def render(pool, loop, web, url: str):
+    host, path = url.split("/", 3)[2], "/" + url.split("/", 3)[3]
+    answer = web.respond(host, path)
+    return loop.run_until_complete(pool.render(url, answer.body, answer.status, dict(answer.headers)))
+
+
+@pytest.mark.parametrize("kind", ["js-csr", "js-spa", "js-scroll"])
+def test_a_page_whose_text_needs_javascript_gets_it_from_the_render(pool, loop, web, kind):
+    truth = web.truth.by_kind(kind)[0]
+    plain = web.respond(truth.host, "/" + truth.url.split("/", 3)[3]).body
+    assert needs_render(plain, pool.cfg).render            # the rule sends it to the browser
+    paragraphs = truth.text.split("\n\n")
+    visible = visible_text(lxml.html.document_fromstring(plain))
+    assert not any(p[:60] in visible for p in paragraphs)  # the plain HTML shows none of the text
+    result = render(pool, loop, web, truth.url)
+    assert result.ok, result.detail
+    dom = result.html.decode()
+    assert all(p[:60] in dom for p in paragraphs)          # the rendered DOM has all of it (scroll: every chunk)
+    assert rendered_text_chars(result.html) > len(truth.text) * 0.9
+    assert result.subrequests >= 1 and result.subrequest_bytes > 0
+
+
+def test_sub_requests_obey_robots_txt_and_the_host_delay_and_images_are_never_fetched(pool, loop, web):
+    web.hits.clear()
+    csr = web.truth.by_kind("js-csr")[1]
+    result = render(pool, loop, web, csr.url)
+    assert result.ok and result.blocked["robots"] == 1     # /private-api/ is Disallowed for *
+    assert web.hits.count("app.weblm.test", "/private-api/") == 0
+    assert web.hits.count("app.weblm.test", "/items/") == 0  # the page itself came from the crawl's bytes
+    spa = web.truth.by_kind("js-spa")[1]
+    result = render(pool, loop, web, spa.url)
+    assert result.ok and result.blocked["image"] == 1
+    assert web.hits.count("spa.weblm.test", "/_next/static/hero.png") == 0
+    feed = web.truth.by_kind("js-scroll")[0]
+    render(pool, loop, web, feed.url)
+    arrivals = [h.at for h in web.hits.log("feed.weblm.test") if h.target.startswith("/api/feed/")]
+    assert len(arrivals) == 3
+    assert all(b - a >= DELAY * 0.95 for a, b in zip(arrivals, arrivals[1:]))  # never faster than the delay
+
+
+def test_a_page_that_never_finishes_loading_is_a_counted_timeout_and_other_renders_go_on(pool, loop, web):
+    about = "http://app.weblm.test/about.html"
+
+    async def both():
+        hang_body = web.respond("trouble.weblm.test", "/hang").body
+        about_body = web.respond("app.weblm.test", "/about.html").body
+        return await asyncio.gather(pool.render("http://trouble.weblm.test/hang", hang_body),
+                                    pool.render(about, about_body))
+
+    started = time.monotonic()
+    hang, other = loop.run_until_complete(both())
+    assert hang.failure == "timeout" and not hang.html
+    assert other.ok and b"About" in other.html        # rendered meanwhile in the pool's other page
+    assert time.monotonic() - started < pool.cfg.timeout_s + 3
+
+
+@pytest.mark.parametrize("path, failure", [("/endless", "dom_too_large"), ("/memory", "page_crashed")])
+def test_an_endless_scroll_and_a_memory_hog_are_counted_failures(pool, loop, web, path, failure):
+    before = pool.counters[f"failed/{failure}"]
+    result = render(pool, loop, web, f"http://trouble.weblm.test{path}")
+    assert result.failure == failure and not result.html
+    assert pool.counters[f"failed/{failure}"] == before + 1
+
+
+def test_popups_are_closed_and_downloads_refused(pool, loop, web):
+    web.hits.clear()
+    result = render(pool, loop, web, "http://trouble.weblm.test/popup")
+    assert result.ok and b"Popup page text" in result.html
+    assert result.downloads == 1 and result.blocked["navigation"] + result.popups >= 2
+    assert web.hits.count("trouble.weblm.test", "/about.html") == 0   # no popup ever loaded
+
+
+def test_a_browser_crash_restarts_the_browser_and_loses_no_render(pool, loop, web):
+    render(pool, loop, web, "http://app.weblm.test/about.html")  # make sure a browser is up
+    restarts = pool.counters["browser_restarts"]
+    browser = [p for p in psutil.Process().children(recursive=True)
+               if "chrom" in p.name() and not any(a.startswith("--type=") for a in p.cmdline())]
+    assert len(browser) == 1   # the browser process (its renderers carry --type=renderer)
+    browser[0].send_signal(signal.SIGKILL)
+    time.sleep(0.2)
+    truth = web.truth.by_kind("js-spa")[-1]
+    result = render(pool, loop, web, truth.url)
+    assert result.ok and truth.text.split("\n\n")[0][:60] in result.html.decode()
+    assert pool.counters["browser_restarts"] == restarts + 1
