@@ -4,14 +4,17 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 JARS := $(abspath $(VENV))/jars
+KENLM_VERSION := 0.3.0
+KENLM_TOOLS := $(VENV)/.kenlm-tools-$(KENLM_VERSION)
+KENLM_SRC := $(VENV)/src/kenlm
 export SPARK_LOCAL_IP ?= 127.0.0.1
 # rustup's cargo, when there is one: pip builds rs-trafilatura (no Linux wheels on PyPI) with it.
 export PATH := $(HOME)/.cargo/bin:$(PATH)
 
-.PHONY: setup demo test bench wheel system-deps jars mlflow-ui clean
+.PHONY: setup demo test bench wheel system-deps jars kenlm mlflow-ui clean
 
 ## setup: the virtualenv with every part's extras, and the Delta jars (idempotent; reruns only what changed)
-setup: $(VENV)/.installed $(JARS)/.resolved
+setup: $(VENV)/.installed $(JARS)/.resolved $(KENLM_TOOLS)
 
 $(VENV)/.installed: setup.cfg pyproject.toml
 	@command -v java >/dev/null || { echo "Spark needs Java 17+: run 'make system-deps' (Debian, as root) or install a JDK" >&2; exit 1; }
@@ -30,6 +33,21 @@ $(JARS)/.resolved: jobs/jars/pom.xml
 	touch $@
 
 jars: $(JARS)/.resolved
+
+# KenLM's lmplz and build_binary (jobs/quality/train_kenlm.py): no wheel or Debian package ships them, so they are
+# built once from the kenlm sdist (the same version as the `kenlm` query module) with Debian's Boost, into .venv/bin.
+$(KENLM_TOOLS): | $(VENV)/.installed
+	@command -v cmake >/dev/null && command -v g++ >/dev/null && test -e /usr/include/boost/program_options.hpp || { echo "building KenLM's lmplz needs cmake, g++ and Boost: run 'make system-deps' (Debian, as root)" >&2; exit 1; }
+	rm -rf $(KENLM_SRC) && mkdir -p $(KENLM_SRC)
+	$(PY) -m pip download -q --no-deps --no-binary kenlm --no-build-isolation -d $(KENLM_SRC) kenlm==$(KENLM_VERSION)
+	tar xzf $(KENLM_SRC)/kenlm-$(KENLM_VERSION).tar.gz -C $(KENLM_SRC)
+	cmake -S $(KENLM_SRC)/kenlm-$(KENLM_VERSION) -B $(KENLM_SRC)/build -DCMAKE_BUILD_TYPE=Release >$(KENLM_SRC)/cmake.log
+	cmake --build $(KENLM_SRC)/build -j2 --target lmplz build_binary >$(KENLM_SRC)/build.log
+	install -m 755 $(KENLM_SRC)/build/bin/lmplz $(KENLM_SRC)/build/bin/build_binary $(VENV)/bin/
+	rm -rf $(KENLM_SRC)
+	touch $@
+
+kenlm: $(KENLM_TOOLS)
 
 ## demo: local web -> crawl -> WARC -> Delta -> tokens -> Megatron shards -> CPU training; summary in var/demo/summary.json
 demo: setup

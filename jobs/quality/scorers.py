@@ -27,6 +27,9 @@ class Scorer(Protocol):
 
 # name -> "module:Class", imported lazily (on the workers, only when enabled)
 SCORERS: dict[str, str] = {
+    "perplexity": "jobs.quality.perplexity:PerplexityScorer",                    # CCNet KenLM; python -m jobs.quality.train_kenlm
+    "toxicity": "jobs.quality.classifiers:ToxicityScorer",                        # word lists (24 languages) + English classifier
+    "quality_classifier": "jobs.quality.classifiers:QualityClassifierScorer",     # fastText; python -m jobs.quality.train_classifier
 }
 
 
