@@ -111,8 +111,10 @@ class RenderPool:
             return self._browser
 
     # --- rendering ---------------------------------------------------------------------------------------
-    async def render(self, url: str, body: bytes, status: int = 200, headers: dict[str, str] | None = None) -> RenderResult:
-        """Render `url` from its already-fetched `body`; never raises."""
+    async def render(self, url: str, body: bytes, status: int = 200, headers: dict[str, str] | None = None,
+                     timeout_s: float | None = None) -> RenderResult:
+        """Render `url` from its already-fetched `body` within `timeout_s` (default render.timeout_s); never raises."""
+        timeout_s = timeout_s or self.cfg.timeout_s
         async with self._slots:
             started = time.monotonic()
             result = RenderResult(url)
@@ -122,9 +124,9 @@ class RenderPool:
                     browser = await self._ensure_browser()
                     self._renders_on_browser += 1
                     await asyncio.wait_for(self._render_once(browser, url, body, status, headers or {}, result),
-                                           self.cfg.timeout_s)
+                                           timeout_s)
                 except asyncio.TimeoutError:
-                    result.failure, result.detail = "timeout", f"no rendered DOM within {self.cfg.timeout_s} s"
+                    result.failure, result.detail = "timeout", f"no rendered DOM within {timeout_s} s"
                 except _PageCrashed as exc:
                     result.failure, result.detail = "page_crashed", str(exc)
                 except PlaywrightError as exc:
