@@ -38,6 +38,7 @@ class OptimConfig:
     beta2: float
     eps: float
     grad_clip: float
+    z_loss: float
 
 
 @dataclass(frozen=True)
@@ -161,6 +162,8 @@ class TrainerConfig:
             raise ConfigError("stability.max_grad_norm, spike_sigma, rollback_after and max_rollbacks must be >= 0")
         if self.data.prefetch < 0:
             raise ConfigError(f"data.prefetch must be >= 0, got {self.data.prefetch}")
+        if self.optim.z_loss < 0:
+            raise ConfigError(f"optim.z_loss must be >= 0 (0 = off; PaLM uses 1e-4), got {self.optim.z_loss}")
         if self.optim.decay_style not in ("cosine", "linear", "constant"):
             raise ConfigError(f"optim.decay_style must be cosine, linear or constant, got {self.optim.decay_style!r}")
         if self.optim.warmup_steps >= s.steps:

@@ -16,6 +16,7 @@ from megatron.core.tensor_parallel import param_is_not_tensor_parallel_duplicate
 from trainer.backend import Backend
 from trainer.config import TrainerConfig
 from trainer.data import Batch
+from trainer.losses import masked_sums
 from trainer.model import build_model
 from trainer.optim import build_optimizer, build_scheduler
 from trainer.shards import WholeModel, WholeOptimizer
@@ -34,12 +35,6 @@ Check = Callable[[float, float], "str | None"]   # (loss, grad norm) -> why not 
 
 def accept_all(loss: float, grad_norm: float) -> None:
     return None
-
-
-def masked_loss_sum(model: torch.nn.Module, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
-    """Sum of per-token losses where loss_mask is 1, and how many tokens that was."""
-    per_token = model(batch.tokens, batch.position_ids, batch.attention_mask, labels=batch.labels)
-    return (per_token.float() * batch.loss_mask).sum(), batch.loss_mask.sum()
 
 
 class CpuEngine:
@@ -72,9 +67,9 @@ class CpuEngine:
         self.optimizer.zero_grad(set_to_none=True)
         loss = 0.0
         for batch in batches:
-            loss_sum, _ = masked_loss_sum(self.model, batch)
-            (loss_sum / n_tokens).backward()
-            loss += (loss_sum / n_tokens).item()
+            objective, ce, _ = masked_sums(self.model, batch, self.cfg.optim.z_loss)
+            (objective / n_tokens).backward()
+            loss += (ce / n_tokens).item()
         if data_parallel:   # each rank holds its share of the global batch's gradient: sum them
             total = torch.tensor(loss, dtype=torch.float64)
             dist.all_reduce(total, group=dp_group)
@@ -111,7 +106,7 @@ class CpuEngine:
     @torch.no_grad()
     def evaluate(self, batches: list[Batch]) -> float:
         self.model.eval()
-        sums = [masked_loss_sum(self.model, b) for b in batches]
+        sums = [masked_sums(self.model, b)[1:] for b in batches]   # cross entropy only
         self.model.train()
         total = torch.stack([sum(s for s, _ in sums), sum(n for _, n in sums)]).double()
         dp_group = parallel_state.get_data_parallel_group()

@@ -31,21 +31,23 @@ from trainer.backend import Backend
 from trainer.config import TrainerConfig
 from trainer.data import Batch
 from trainer.engine import Check, StepResult, accept_all
+from trainer.losses import token_losses
 from trainer.model import build_model
 from trainer.optim import build_scheduler
 
 
 def _loss(batch: Batch, per_token: torch.Tensor):
-    """megatron's three-value loss contract: (sum to backpropagate, tokens it covers, what to report)."""
-    loss_sum = (per_token.float() * batch.loss_mask).sum()
+    """megatron's three-value loss contract: (sum to backpropagate, tokens it covers, what to report).
+    `per_token` is [2, b, s]: the cross entropy (reported) and the objective (backpropagated)."""
+    ce, objective = per_token.float() * batch.loss_mask
     n = batch.loss_mask.sum()
-    return loss_sum, n.to(torch.int), {"lm loss": torch.stack([loss_sum.detach(), n.detach()])}
+    return objective.sum(), n.to(torch.int), {"lm loss": torch.stack([ce.sum().detach(), n.detach()])}
 
 
-def _forward_step(data_iterator, model):
+def _forward_step(data_iterator, model, z_loss: float = 0.0):
     batch: Batch = next(data_iterator)
-    per_token = model(batch.tokens, batch.position_ids, batch.attention_mask, labels=batch.labels)
-    return per_token, partial(_loss, batch)
+    ce, objective = token_losses(model, batch, z_loss)
+    return torch.stack([ce, objective]), partial(_loss, batch)
 
 
 def use_fused_adamw(optimizer) -> int:
@@ -143,7 +145,8 @@ class CudaEngine:
 
     def _run(self, batches: list[Batch], forward_only: bool) -> float:
         reports = self.forward_backward(
-            forward_step_func=_forward_step, data_iterator=iter(batches), model=self.model,
+            forward_step_func=partial(_forward_step, z_loss=self.cfg.optim.z_loss), data_iterator=iter(batches),
+            model=self.model,
             num_microbatches=len(batches), seq_length=self.cfg.model.seq_length,
             micro_batch_size=self.cfg.batch.micro_batch_size, decoder_seq_length=self.cfg.model.seq_length,
             forward_only=forward_only)
