@@ -118,6 +118,39 @@ def list_warc_files(inputs: list[str], patterns: list[str]) -> list[dict]:
 
 
 # -- the executors' side -----------------------------------------------------------------------------------
+HTML_SOURCE = "x-weblm-html-source"  # in `headers` when `html` is the crawl's rendered DOM: "rendered <conversion id>"
+
+
+def rendered_doms(path: str) -> dict[str, tuple[str, bytes]]:
+    """The crawl's rendered DOMs in one WARC file (`conversion` records, spider/render): response id -> (id, DOM).
+
+    A file that cannot be read here gives none: its pages keep the plain HTML, and read_warc reports the damage.
+    """
+    if ".warc" not in path:
+        return {}  # ARC files predate rendering
+    from fastwarc.warc import ArchiveIterator, WarcRecordType
+
+    found: dict[str, tuple[str, bytes]] = {}
+    try:
+        with storage.open_file(path, "rb") as stream:
+            for record in ArchiveIterator(stream, record_types=WarcRecordType.conversion, parse_http=False):
+                refers_to = record.headers.get("WARC-Refers-To")
+                if refers_to and (record.headers.get("Content-Type") or "").startswith("text/html"):
+                    found[refers_to] = (record.record_id, record.reader.read())
+    except Exception as exc:  # noqa: BLE001  (damage is read_warc's to count; the plain HTML stands)
+        log.warning("ingest: rendered DOMs of %s not read (%s); its pages keep their plain HTML", path, exc)
+    return found
+
+
+def with_rendered_dom(row: dict, rendered: dict[str, tuple[str, bytes]]) -> dict:
+    """A 200 page the crawl rendered: extract from the rendered DOM (UTF-8), and say so in `headers`."""
+    conversion = rendered.get(row["warc_record_id"])
+    if conversion is None or row["status"] != 200:
+        return row
+    record_id, dom = conversion
+    return dict(row, html=dom, charset="utf-8", headers={**(row["headers"] or {}), HTML_SOURCE: f"rendered {record_id}"})
+
+
 def read_files(batches, cfg, arrow_schema):
     """`mapInArrow` body: (file, size) batches in, page/skip/summary rows out as Arrow batches.
 
@@ -130,7 +163,10 @@ def read_files(batches, cfg, arrow_schema):
     payload = 0
     for batch in batches:
         for file in batch.column("file").to_pylist():
+            rendered = rendered_doms(file)
             for row in read_warc(file, cfg):
+                if rendered and row["kind"] == "page":
+                    row = with_rendered_dom(row, rendered)
                 if row["kind"] == "file":  # `status` of a page is its HTTP status: the file's gets its own column
                     row = dict(row, file_status=row["status"], file_error=row["error"], status=None, error=None)
                 rows.append({name: row.get(name) for name in names})
@@ -207,6 +243,7 @@ class IngestJob(SparkJob):
             if duplicates:
                 self.metrics.skip("duplicate_record_id", duplicates)
             unique = ranked.where("_copy = 1").drop("_copy")
+            pages_from_rendered = unique.where(F.col("headers").getItem(HTML_SOURCE).isNotNull()).count()
             result = merge_table(spark, unique, self.table(PAGES), "doc_id", sync=False)
         finally:
             read.unpersist()
@@ -214,6 +251,7 @@ class IngestJob(SparkJob):
         manifest = self._manifest_rows(todo, outcomes, ingested_at, run_id)
         files_result = upsert_warc_files(spark, spark.createDataFrame(manifest, warc_files_schema()), self.table(FILES))
         self.metrics.output_rows = result["inserted"]
+        self.metrics.extra["pages_from_rendered_dom"] = pages_from_rendered  # html is the crawl's rendered DOM
         self.metrics.extra.update(table=PAGES, table_version=result["version"], rows_inserted=result["inserted"],
                                   pages_read=sum(o["rows"] for o in outcomes.values()),
                                   files_table=FILES, files_table_version=files_result["version"],
