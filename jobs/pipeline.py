@@ -1,4 +1,4 @@
-"""The Spark jobs as one pipeline: ingest -> extract -> tokenize -> export, in one process, resumable.
+"""The Spark jobs as one pipeline: ingest -> extract -> quality -> dedup -> tokenize -> export, in one process, resumable.
 
     python -m jobs.pipeline [--from STAGE | --only STAGE | --resume] [-o KEY=VALUE] [-p KEY=VALUE]
                             [--root DIR] [--lake DIR] [--master URL] [--full]
@@ -53,7 +53,10 @@ class Stage:
 STAGES: tuple[Stage, ...] = (
     Stage("ingest", "jobs.ingest:IngestJob", (), "WARC files -> bronze.pages"),
     Stage("extract", "jobs.extract:ExtractJob", ("ingest",), "bronze.pages -> silver.documents"),
-    Stage("tokenize", "jobs.tokens:TokenizeJob", ("extract",), "silver.documents -> BPE tokenizer + gold.tokens"),
+    Stage("quality", "jobs.quality.job:QualityJob", ("extract",),
+          "silver.documents -> silver.signals (language, heuristics, PII, scorers) -> silver.quality"),
+    Stage("dedup", "jobs.dedup.job:DedupJob", ("quality",), "silver.quality -> silver.deduped (URL, exact, near, paragraphs)"),
+    Stage("tokenize", "jobs.tokens:TokenizeJob", ("dedup",), "silver.deduped -> BPE tokenizer + gold.tokens"),
     Stage("export", "jobs.export:ExportJob", ("tokenize",), "gold.tokens -> Megatron shards + manifest.json"),
 )
 STAGE_NAMES = tuple(s.name for s in STAGES)

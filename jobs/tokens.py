@@ -1,4 +1,4 @@
-"""`silver.documents` -> SentencePiece BPE model + `gold.tokens` (SEAMS §3).
+"""`silver.deduped` (`tokenize.input_table`) -> SentencePiece BPE model + `gold.tokens` (SEAMS §3).
 
     python -m jobs.tokens [--lake DIR] [--tokenizer PATH/spm.model] [-o tokenize.vocab_size=8192]
     spark-submit jobs/tokens.py ...
@@ -86,7 +86,7 @@ def fertility_arrow(batches, model: bytes, digest: str):
 
 class TokenizeJob(SparkJob):
     name = "tokenize"
-    description = "silver.documents -> SentencePiece BPE model + gold.tokens"
+    description = "silver.deduped -> SentencePiece BPE model + gold.tokens"
 
     def add_arguments(self, parser):
         parser.add_argument("--tokenizer", help="an existing spm.model to reuse instead of training one")
@@ -192,7 +192,7 @@ class TokenizeJob(SparkJob):
         from pyspark.sql import functions as F
 
         cfg = self.cfg.tokenize
-        silver = spark.read.format("delta").load(self.table("silver.documents"))
+        silver = spark.read.format("delta").load(self.table(cfg.input_table))  # silver.deduped by default
         current = None if (args.full or args.tokenizer) else self.current_tokenizer(spark)
         trained = False
         if args.tokenizer:
@@ -221,7 +221,7 @@ class TokenizeJob(SparkJob):
         self.metrics.extra.update(table="gold.tokens", mode="full" if args.full else "incremental",
                                   tokenizer_sha256=digest, tokenizer_model=path, **info)
         if is_empty(todo) and (gone is None or is_empty(gone)):
-            log.info("tokenize: nothing new in silver.documents since the last run; no table changed")
+            log.info("tokenize: nothing new in %s since the last run; no table changed", cfg.input_table)
             self.metrics.extra["table_version"] = table_version(spark, gold_path)
             return
         batch_key = "spark.sql.execution.arrow.maxRecordsPerBatch"

@@ -28,6 +28,21 @@ def table_schema(scorer_settings: dict | None = None) -> str:
     return ", ".join(f"`{name}` {sql_type}" for name, sql_type in columns.items())
 
 
+ARROW_TYPES = {"string": "string", "double": "float64", "float": "float32", "int": "int32", "bigint": "int64",
+               "long": "int64", "boolean": "bool"}
+
+
+def arrow_schema(scorer_settings: dict | None = None):
+    """The silver.signals schema in Arrow (built without a Spark session: it runs on the workers)."""
+    import pyarrow as pa
+
+    columns = {**KEY_COLUMNS, **signal_columns(scorer_settings)}
+    unknown = {c: t for c, t in columns.items() if t not in ARROW_TYPES}
+    if unknown:
+        raise ValueError(f"signal columns with types a scorer may not use: {unknown}; use one of {sorted(ARROW_TYPES)}")
+    return pa.schema([(name, getattr(pa, ARROW_TYPES[t])()) for name, t in columns.items()])
+
+
 def signals_settings(params: heuristics.SignalParams, scorer_settings: dict | None) -> dict[str, Any]:
     """What the stored signals depend on: their hash marks rows made under other settings as stale."""
     enabled = enabled_scorers(scorer_settings or {})
@@ -67,10 +82,7 @@ def arrow_batches(batches: Iterator, params: heuristics.SignalParams, scorer_set
     """`mapInArrow` body: (doc_id, text, content_sha256) batches in, silver.signals batches out."""
     import pyarrow as pa
 
-    from pyspark.sql.pandas.types import to_arrow_schema
-    from pyspark.sql.types import _parse_datatype_string
-
-    schema = to_arrow_schema(_parse_datatype_string(table_schema(scorer_settings)))
+    schema = arrow_schema(scorer_settings)
     scorers = worker_scorers(scorer_settings, paths) if enabled_scorers(scorer_settings) else None
     for batch in batches:
         if batch.num_rows == 0:
