@@ -144,6 +144,7 @@ class Pipeline:
     def args(self, *extra: str) -> list[str]:
         return ["--lake", str(self.lake), "-p", f"tokenizer_dir={self.tokenizer_dir}",
                 "-p", f"shards_dir={self.shards_dir}", "-o", "tokenize.vocab_size=400",
+                "-o", "tokenize.input_table=silver.documents",  # these fixtures run tokenize/export alone, on extract's output
                 "-o", "export.target_tokens_per_shard=400", *extra]
 
 

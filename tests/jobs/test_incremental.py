@@ -24,6 +24,7 @@ class Run:
 
     def args(self, *extra: str) -> list[str]:
         return ["-p", f"var={self.root}", "-o", "tokenize.vocab_size=400",
+                "-o", "tokenize.input_table=silver.documents",  # extract -> tokenize directly: incrementality of these four
                 "-o", "export.target_tokens_per_shard=400", *extra]
 
     def all_stages(self, *extra: str) -> dict:

@@ -20,17 +20,19 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def run_pipeline(var: Path, master: str) -> subprocess.CompletedProcess:
     args = [sys.executable, "-m", "jobs.pipeline", "--master", master, "-p", f"var={var}",
-            "-o", "tokenize.vocab_size=400", "-o", "export.target_tokens_per_shard=400"]
+            "-o", "tokenize.vocab_size=400", "-o", "export.target_tokens_per_shard=400",
+            "-o", "quality.mode=flag"]  # the fixture pages repeat one sentence shape: flagged, not dropped
     env = dict(os.environ, PYTHONPATH=str(ROOT), SPARK_LOCAL_IP="127.0.0.1")
     return subprocess.run(args, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
 
 
 def tables(var: Path) -> dict:
     out = {}
-    for name in ("bronze/pages", "silver/documents", "gold/tokens"):
+    for name in ("bronze/pages", "silver/documents", "silver/signals", "silver/quality", "gold/tokens"):
         table = DeltaTable(str(var / "lake" / name)).to_pyarrow_table()
         key = table.column("doc_id").to_pylist()
-        column = {"bronze/pages": "url", "silver/documents": "content_sha256", "gold/tokens": "tokens"}[name]
+        column = {"bronze/pages": "url", "silver/documents": "content_sha256", "silver/signals": "language_score",
+                  "silver/quality": "content_sha256", "gold/tokens": "tokens"}[name]
         out[name] = dict(zip(key, table.column(column).to_pylist()))
     return out
 
@@ -46,7 +48,7 @@ def test_local_cluster_run_equals_the_local_run(tmp_path):
         proc = run_pipeline(var, master)
         assert proc.returncode == 0, f"{master}:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
         state = json.loads((var / "lake" / "_pipeline" / "state.json").read_text())
-        assert [s["status"] for s in state["stages"].values()] == ["ok"] * 4
+        assert [s["status"] for s in state["stages"].values()] == ["ok"] * 6
         manifest = json.loads((var / "shards" / "manifest.json").read_text())
         shard_bytes = {s["prefix"]: (var / "shards" / f"{s['prefix']}.bin").read_bytes() for s in manifest["shards"]}
         runs[master] = (tables(var), manifest["totals"], shard_bytes)
