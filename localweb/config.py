@@ -33,7 +33,7 @@ class LocalWebConfig:
     large_page_bytes: int
     calendar_start: str
     calendar_events_per_month: int
-    js_hosts: bool = False    # app/spa/feed/trouble.<domain>: text only after JavaScript (localweb/js_sites.py)
+    js_hosts: bool            # app/spa/feed/trouble.<domain>: text only after JavaScript (localweb/js_sites.py)
 
     def __post_init__(self) -> None:
         if self.bind_host not in ("127.0.0.1", "::1", "localhost"):

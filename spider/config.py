@@ -105,7 +105,7 @@ class CrawlConfig:
     warc: WarcConfig
     frontier: FrontierConfig
     metrics: MetricsConfig
-    render: RenderConfig = RenderConfig()
+    render: RenderConfig
 
     def __post_init__(self) -> None:
         if not self.user_agent:

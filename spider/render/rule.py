@@ -6,7 +6,8 @@ The signals, from what SPA frameworks leave in their server HTML:
   - visible text (scripts, styles, templates, noscript removed) against the HTML's size: a shell is thin;
   - an empty mount point (`#root` React/CRA, `#app` Vue, `#__next` Next.js, `#__nuxt` Nuxt, `#svelte`);
   - a framework bootstrap (`__NEXT_DATA__`, `__NUXT__`, `__INITIAL_STATE__`) on a page with little text;
-  - a `<noscript>` asking the reader to turn JavaScript on;
+  - a `<noscript>` asking the reader to turn JavaScript on (while text a server puts in `<noscript>` for readers
+    without JavaScript, as Discourse does, counts as text: an extractor reads it without a browser);
   - no script at all: nothing a browser could add, never rendered.
 """
 from __future__ import annotations
@@ -37,6 +38,7 @@ class Signals:
     empty_mount: str             # id of an empty SPA mount point, "" when none
     bootstrap: str               # framework bootstrap marker found, "" when none
     noscript_asks_js: bool
+    noscript_chars: int = 0      # text the server put in <noscript> for readers without JS (Discourse, some CMSs)
     parse_error: str = ""        # what lxml said when the HTML could not be parsed
 
 
@@ -73,10 +75,11 @@ def signals(html: bytes) -> Signals:
             mount = mount_id
             break
     bootstrap = next((m.decode() for m in BOOTSTRAP_MARKERS if m in html), "")
-    noscript = " ".join(n.text_content() for n in root.iter("noscript"))
+    noscript = _SPACE.sub(" ", " ".join(n.text_content() for n in root.iter("noscript"))).strip()
     asks_js = bool(_NOSCRIPT_ASKS_JS.search(noscript))
     text = visible_text(root)
-    return Signals(size, len(text), round(len(text) / size, 5) if size else 0.0, scripts, mount, bootstrap, asks_js)
+    return Signals(size, len(text), round(len(text) / size, 5) if size else 0.0, scripts, mount, bootstrap, asks_js,
+                   len(noscript))
 
 
 def decide(sig: Signals, cfg: RenderConfig, host_verdict: str = "") -> Decision:
@@ -89,15 +92,16 @@ def decide(sig: Signals, cfg: RenderConfig, host_verdict: str = "") -> Decision:
         return Decision(False, "host_renders_useless", sig)
     if host_verdict == "render":
         return Decision(True, "host_needs_render", sig)
-    spa_thin = sig.visible_chars < cfg.spa_text_chars
+    # text served for readers without JavaScript is text an extractor gets without a browser
+    text = sig.visible_chars + (sig.noscript_chars if sig.noscript_chars >= cfg.thin_text_chars else 0)
+    spa_thin = text < cfg.spa_text_chars
     if sig.empty_mount and spa_thin:
         return Decision(True, "empty_mount", sig)
     if sig.bootstrap and spa_thin:
         return Decision(True, "bootstrap", sig)
     if sig.noscript_asks_js and spa_thin:
         return Decision(True, "noscript", sig)
-    if sig.html_bytes >= cfg.min_html_bytes and (sig.visible_chars < cfg.thin_text_chars
-                                                 or sig.text_ratio < cfg.min_text_ratio):
+    if sig.html_bytes >= cfg.min_html_bytes and (text < cfg.thin_text_chars or text / sig.html_bytes < cfg.min_text_ratio):
         return Decision(True, "thin_text", sig)
     return Decision(False, "enough_text", sig)
 

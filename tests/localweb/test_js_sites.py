@@ -9,8 +9,11 @@ import pytest
 from localweb import LocalWeb, load_config
 from localweb.js_sites import JS_ROLES, NEEDS_RENDER_KINDS
 from localweb_client import SMALL, fetch
-from spider.render.config import RenderConfig
+from spider.config import load_crawl_config
 from spider.render.rule import needs_render, visible_text
+
+
+RULE = load_crawl_config().render
 
 
 @pytest.fixture(scope="module")
@@ -33,7 +36,7 @@ def test_the_text_of_a_js_page_is_not_in_its_plain_html_but_behind_its_json(js_w
         assert status == 200 and headers["content-type"].startswith("text/html")
         shown = visible_text(lxml.html.document_fromstring(body))
         assert page.text and page.text.split("\n\n")[0][:50] not in shown
-        assert needs_render(body, RenderConfig()).render
+        assert needs_render(body, RULE).render
 
 
 def test_the_csr_api_serves_the_article_and_robots_txt_hides_the_tracker(js_web):
@@ -50,4 +53,4 @@ def test_each_js_host_has_a_plain_page_with_a_script_that_needs_no_render(js_web
         about = js_web.truth[f"http://{host}/about.html"]
         _, _, body = fetch(js_web, about.url)
         assert b"<script>" in body and about.text.split("\n\n")[0][:50] in body.decode()
-        assert needs_render(body, RenderConfig()).reason == "enough_text"
+        assert needs_render(body, RULE).reason == "enough_text"

@@ -14,7 +14,7 @@ import psutil
 import pytest
 
 from localweb import LocalWeb, load_config
-from spider.render.config import RenderConfig
+from spider.config import load_crawl_config
 from spider.render.gate import SubrequestGate
 from spider.render.middleware import rendered_text_chars
 from spider.render.pool import RenderPool
@@ -39,7 +39,8 @@ def loop():
 
 @pytest.fixture(scope="module")
 def pool(web, loop):
-    cfg = RenderConfig(enabled=True, pages=2, timeout_s=20.0, max_dom_bytes=1_000_000, js_heap_mb=64)
+    cfg = load_crawl_config(["render.enabled=true", "render.pages=2", "render.timeout_s=20",
+                             "render.max_dom_bytes=1000000", "render.js_heap_mb=64"]).render
     pool = RenderPool(cfg, SubrequestGate(DELAY, "weblm-test"), proxy=web.proxy_url, user_agent="weblm-test")
     loop.run_until_complete(pool.start())
     yield pool

@@ -6,11 +6,11 @@ from pathlib import Path
 
 import pytest
 
-from spider.render.config import RenderConfig
+from spider.config import load_crawl_config
 from spider.render.memory import HostMemory
 from spider.render.rule import decide, needs_render, signals
 
-CFG = RenderConfig(enabled=True)
+CFG = load_crawl_config(["render.enabled=true"]).render  # the rule exactly as conf/crawl.yaml sets it
 ARTICLE = "<p>" + "A server-rendered sentence with enough words to read. " * 40 + "</p>"
 REAL = Path(__file__).resolve().parents[3] / "shared" / "data" / "extraction"
 
@@ -53,6 +53,13 @@ def test_server_rendered_pages_are_not_rendered_even_with_scripts_or_a_mount_poi
     # a widget's empty #app on a page whose text is already there: plenty of text, no render
     assert not needs_render(page('<div id="app"></div>' + ARTICLE * 2 + "<script>w()</script>"), CFG).render
     assert needs_render(page('<div id="root"></div>'), CFG).reason == "no_scripts"  # nothing a browser could add
+
+
+def test_text_served_in_noscript_for_readers_without_javascript_needs_no_browser():
+    forum = page("<noscript><div>" + "A forum post rendered for crawlers and readers without JS. " * 20 +
+                 '</div></noscript><section id="main-outlet"></section><script>var preload = "' + "x" * 3000 + '";</script>')
+    decision = needs_render(forum, CFG)
+    assert not decision.render and decision.signals.noscript_chars > 1000 and decision.signals.visible_chars == 0
 
 
 def test_bad_html_is_a_reason_not_a_crash():
