@@ -11,8 +11,9 @@
    on the real web, by reason.  Skipped when the data is absent.
 3. Cost, in this process on the same machine: plain fetches of the JS hosts' pages through the local web's proxy
    against renders of the same pages in the pool (crawl.render.pages pages at once): pages per second and ratio.
-4. A crawl of the whole local web with rendering on (`python -m spider.crawl -o render.enabled=true`): pages
-   rendered / pages fetched, render outcomes, and the visible text rendering added.
+4. Two crawls of the whole local web, rendering off then on (`python -m spider.crawl -o render.enabled=...`, every
+   other setting from conf/crawl.yaml, 1 s per-host delay included): pages/s of each and their ratio, and for the
+   rendering crawl pages rendered / pages fetched, render outcomes, and the visible text rendering added.
 """
 from __future__ import annotations
 
@@ -141,26 +142,29 @@ def cost(web, cfg, renders: int) -> dict:
             "render_outcomes": dict(outcomes)}
 
 
-def crawl(web) -> dict:
+def crawl(web, render: bool) -> dict:
     from crawl_helpers import run_crawl
 
     with tempfile.TemporaryDirectory() as tmp:
-        started = time.perf_counter()
-        run = run_crawl(web.seeds, Path(tmp), ["proxy=" + web.proxy_url, "render.enabled=true",
-                                               "render.timeout_s=5", "max_pages_per_host=40", "depth_limit=4"],
-                        timeout=600)
-        seconds = time.perf_counter() - started
-    stats, render = run.stats, run.stats.get("render", {})
-    html_pages = render.get("html_pages", 0)
-    return {"returncode": run.returncode, "seconds": round(seconds, 1), "pages_fetched": stats.get("pages_fetched"),
-            "html_pages_checked": html_pages, "pages_rendered": render.get("renders", 0),
-            "rendered_over_fetched": round(render.get("renders", 0) / max(stats.get("pages_fetched") or 1, 1), 4),
-            "renders_ok": render.get("ok", 0),
-            "render_failures": {k[7:]: v for k, v in render.items() if k.startswith("failed/")},
-            "text_chars_gained": render.get("text_chars_gained", 0),
-            "conversion_records": render.get("recorded", 0), "subrequests": render.get("subrequests", 0),
-            "subrequests_blocked": {k[8:]: v for k, v in render.items() if k.startswith("blocked/")},
-            "decisions": {k[8:]: v for k, v in render.items() if k.startswith("decided/")}}
+        run = run_crawl(web.seeds, Path(tmp), ["proxy=" + web.proxy_url, f"render.enabled={str(render).lower()}",
+                                               "max_pages_per_host=40", "depth_limit=4"], timeout=900)
+    stats, render_stats = run.stats, run.stats.get("render", {})
+    fetched = stats.get("pages_fetched") or 0
+    out = {"render": render, "returncode": run.returncode, "elapsed_s": round(stats.get("elapsed_s", 0.0), 1),
+           "pages_fetched": fetched, "pages_per_s": round(fetched / max(stats.get("elapsed_s", 0.0), 1e-9), 2)}
+    if render:
+        out.update({"html_pages_checked": render_stats.get("html_pages", 0),
+                    "pages_rendered": render_stats.get("renders", 0),
+                    "rendered_over_fetched": round(render_stats.get("renders", 0) / max(fetched, 1), 4),
+                    "renders_ok": render_stats.get("ok", 0),
+                    "render_failures": {k[7:]: v for k, v in render_stats.items() if k.startswith("failed/")},
+                    "text_chars_gained": render_stats.get("text_chars_gained", 0),
+                    "conversion_records": render_stats.get("recorded", 0),
+                    "render_seconds_total": round(render_stats.get("seconds_ms", 0) / 1000, 1),
+                    "subrequests": render_stats.get("subrequests", 0),
+                    "subrequests_blocked": {k[8:]: v for k, v in render_stats.items() if k.startswith("blocked/")},
+                    "decisions": {k[8:]: v for k, v in render_stats.items() if k.startswith("decided/")}})
+    return out
 
 
 def main(argv=None) -> int:
@@ -184,8 +188,12 @@ def main(argv=None) -> int:
         report["cost"] = cost(web, cfg, args.renders)
         print("cost:", json.dumps(report["cost"]), flush=True)
         if not args.no_crawl:
-            report["crawl"] = crawl(web)
-            print("crawl:", json.dumps(report["crawl"]), flush=True)
+            for render in (False, True):  # same web, same settings; only crawl.render.enabled differs
+                report[f"crawl_render_{render}"] = crawl(web, render)
+                print(f"crawl (render {'on' if render else 'off'}):", json.dumps(report[f"crawl_render_{render}"]),
+                      flush=True)
+            on, off = report["crawl_render_True"], report["crawl_render_False"]
+            print("crawl pages/s render on / off:", round(on["pages_per_s"] / max(off["pages_per_s"], 1e-9), 3))
     return 0
 
 
