@@ -101,6 +101,14 @@ class RemoteConfig:
 
 
 @dataclass(frozen=True)
+class EvaluationConfig:
+    tasks: tuple[str, ...]
+    interval: int
+    max_examples: int
+    batch_size: int
+
+
+@dataclass(frozen=True)
 class LimitsConfig:
     memory_fraction: float
 
@@ -120,6 +128,7 @@ class TrainerConfig:
     cuda: CudaConfig
     stability: StabilityConfig
     limits: LimitsConfig
+    evaluation: EvaluationConfig
 
     def __post_init__(self) -> None:
         m, b, s = self.model, self.batch, self.schedule
@@ -176,6 +185,10 @@ class TrainerConfig:
                 raise ConfigError(f"schedule.{name} must be >= 1, got {getattr(s, name)}")
         if self.remote.download_attempts < 1:
             raise ConfigError(f"remote.download_attempts must be >= 1, got {self.remote.download_attempts}")
+        ev = self.evaluation
+        if ev.interval < 0 or ev.max_examples < 0 or ev.batch_size < 1:
+            raise ConfigError("evaluation.interval and evaluation.max_examples must be >= 0 and evaluation.batch_size "
+                              f">= 1, got {ev.interval}, {ev.max_examples}, {ev.batch_size}")
         if not 0 <= self.limits.memory_fraction <= 1:
             raise ConfigError(f"limits.memory_fraction must be in [0, 1] (0 = no check), got {self.limits.memory_fraction}")
         if self.remote.drain_timeout_s < 0:

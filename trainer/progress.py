@@ -17,13 +17,15 @@ class Progress:
     skipped_steps: int = 0             # steps that updated nothing (trainer/stability.py)
     rollbacks: int = 0                 # returns to the last checkpoint after repeated skips
     skip_batches: list[int] = field(default_factory=list)   # global batches never to be drawn again
+    downstream: dict[str, float] = field(default_factory=dict)   # the last downstream evaluation's figures
 
     def state_dict(self) -> dict[str, Any]:
         return asdict(self)
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         for key, value in state.items():
-            setattr(self, key, list(value) if isinstance(value, list) else value)
+            setattr(self, key, list(value) if isinstance(value, list) else dict(value) if isinstance(value, dict)
+                    else value)
 
 
 class Meter:

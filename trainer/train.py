@@ -16,6 +16,7 @@ import math
 import os
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +29,7 @@ from trainer.backend import open_backend
 from trainer.checkpoint import CheckpointError, RNGState, checksum_path, read_checkpoint, restore
 from trainer.config import TrainerConfig, load_trainer_config
 from trainer.data import build_datasets, eval_batches
+from trainer.downstream import Downstream, sentencepiece_encoder
 from trainer.engine import build_engine
 from trainer.input_cache import open_manifest
 from trainer.lineage import LineageWriter, NoLineage
@@ -52,7 +54,9 @@ RESUMABLE_CHANGES = ("schedule.log_interval", "schedule.checkpoint_interval", "s
                      "remote.drain_timeout_s",
                      # checkpoints hold whole (unsharded) state and batches do not depend on dp: a run may
                      # resume at another tensor/data-parallel layout
-                     "parallel.tp", "parallel.dp", "data.prefetch")
+                     "parallel.tp", "parallel.dp", "data.prefetch",
+                     # downstream tasks only read the model
+                     "evaluation.tasks", "evaluation.interval", "evaluation.max_examples", "evaluation.batch_size")
 
 
 def train(cfg: TrainerConfig, paths: Paths, manifest_path: str | Path | None = None, out: str | Path | None = None,
@@ -99,6 +103,7 @@ def _train(cfg: TrainerConfig, paths: Paths, manifest: Manifest, folder: RunFold
         lineage = (LineageWriter(folder.prepare_lineage(progress.step), keep_before=progress.step) if main
                    else NoLineage())
         val_batches = [to_device(b, backend.device) for b in eval_batches(cfg, datasets)]
+        downstream = _downstream(cfg, manifest, backend.device)
         meter = Meter(cfg.schedule.steps, progress.step)
         tokens_per_step = cfg.batch.global_batch_size * cfg.model.seq_length
         log.info("training %s parameters (vocab %d -> %d) on %d tokens in %d shards, %d steps of %d tokens",
@@ -111,8 +116,9 @@ def _train(cfg: TrainerConfig, paths: Paths, manifest: Manifest, folder: RunFold
                               backend.device, progress.skip_batches)
 
         try:
-            stopped, checkpoint = _loop(cfg, manifest, folder, engine, loader_from, lineage, val_batches, meter,
-                                        progress, state, checkpoint, stop_after)
+            stopped, checkpoint = _loop(cfg, manifest, folder, engine, loader_from, lineage,
+                                        Evaluations(val_batches, downstream), meter, progress, state, checkpoint,
+                                        stop_after)
         except BaseException as exc:
             # The lineage keeps every finished step; MLflow says the run did not finish (KILLED on Ctrl-C/SIGTERM).
             lineage.close()
@@ -126,7 +132,8 @@ def _train(cfg: TrainerConfig, paths: Paths, manifest: Manifest, folder: RunFold
         lineage.close()
         result = {"run_id": progress.run_id, "steps": progress.step, "first_loss": progress.first_loss,
                   "last_loss": progress.last_loss, "tokens_seen": progress.tokens_seen,
-                  "checkpoint": checkpoint, "lineage": folder.lineage_location}
+                  "checkpoint": checkpoint, "lineage": folder.lineage_location,
+                  "downstream": progress.downstream}
         folder.write_result(result)
         if main:
             tracking.finish([(files.lineage, "lineage"), (files.result, "")])
@@ -137,15 +144,30 @@ def _train(cfg: TrainerConfig, paths: Paths, manifest: Manifest, folder: RunFold
         return result
 
 
+@dataclass(frozen=True)
+class Evaluations:
+    """What a step may evaluate: the fixed validation batches, and the downstream tasks (or None)."""
+    val_batches: list
+    downstream: Downstream | None
+
+
+def _downstream(cfg: TrainerConfig, manifest: Manifest, device) -> Downstream | None:
+    ev = cfg.evaluation
+    if not (ev.tasks and ev.interval):
+        return None
+    return Downstream(ev.tasks, ev.max_examples, sentencepiece_encoder(manifest.tokenizer_file),
+                      cfg.model.seq_length, ev.batch_size, device)
+
+
 def _loop(cfg: TrainerConfig, manifest: Manifest, folder: RunFolder, engine, loader_from,
-          lineage: LineageWriter, val_batches, meter: Meter, progress: Progress, state: dict[str, Any],
+          lineage: LineageWriter, evaluations: Evaluations, meter: Meter, progress: Progress, state: dict[str, Any],
           checkpoint: str | None, stop_after: int | None) -> tuple[bool, str | None]:
     """The steps left in the run; (stopped by --stop-after, the newest checkpoint).  A rollback restarts
     the data from the checkpoint it returns to, without the batches that caused it."""
     while progress.step < cfg.schedule.steps:
         loader = loader_from(progress.step)
         try:
-            outcome, saved = _steps(cfg, manifest, folder, engine, loader, lineage, val_batches, meter, progress,
+            outcome, saved = _steps(cfg, manifest, folder, engine, loader, lineage, evaluations, meter, progress,
                                     state, stop_after)
         finally:
             loader.close()
@@ -157,8 +179,8 @@ def _loop(cfg: TrainerConfig, manifest: Manifest, folder: RunFolder, engine, loa
 
 
 def _steps(cfg: TrainerConfig, manifest: Manifest, folder: RunFolder, engine, loader: StepLoader,
-           lineage: LineageWriter, val_batches, meter: Meter, progress: Progress, state: dict[str, Any],
-           stop_after: int | None) -> tuple[str, str | None]:
+           lineage: LineageWriter, evaluations: Evaluations, meter: Meter, progress: Progress,
+           state: dict[str, Any], stop_after: int | None) -> tuple[str, str | None]:
     """Run steps from the loader: ("done" | "stopped" (--stop-after) | "rollback" (stability.rollback_after),
     the checkpoint saved last, or None)."""
     saved = None
@@ -186,14 +208,17 @@ def _steps(cfg: TrainerConfig, manifest: Manifest, folder: RunFolder, engine, lo
         if guard.must_roll_back:
             tracking.log_step({k: v for k, v in metrics.items() if math.isfinite(v)}, step)
             return "rollback", saved
-        if val_batches and (step + 1) % cfg.schedule.eval_interval == 0:
-            metrics["val_loss"] = engine.evaluate(val_batches)
+        final = step + 1 == cfg.schedule.steps
+        if evaluations.val_batches and (step + 1) % cfg.schedule.eval_interval == 0:
+            metrics["val_loss"] = engine.evaluate(evaluations.val_batches)
             metrics["val_perplexity"] = math.exp(min(metrics["val_loss"], 50.0))
+        if evaluations.downstream and ((step + 1) % cfg.evaluation.interval == 0 or final):
+            progress.downstream = evaluations.downstream.run(engine.gpt)
+            metrics |= progress.downstream
         tracking.log_step({k: v for k, v in metrics.items() if math.isfinite(v)}, step)
         if (step + 1) % cfg.schedule.log_interval == 0 or step + 1 == cfg.schedule.steps:
             log.info(meter.line(step, loss, lr, metrics["grad_norm"], tokens_per_s)
                      + (f" | val {metrics['val_loss']:.4f}" if "val_loss" in metrics else ""))
-        final = step + 1 == cfg.schedule.steps
         if final or (step + 1) % cfg.schedule.checkpoint_interval == 0:
             saved = folder.save_checkpoint(step + 1, state, _meta(cfg, manifest))
             if saved is not None:

@@ -31,10 +31,13 @@ def doc_id_for(shard: int, i: int) -> str:
 
 
 def build_shards(folder: Path, n_shards: int = 2, docs_per_shard: int = 60, seed: int = 0,
-                 tokenizer: tuple[str, str] = ("var/tokenizer/test/spm.model", "ab" * 32)) -> Path:
+                 tokenizer: tuple[str, str] = ("var/tokenizer/test/spm.model", "ab" * 32),
+                 documents: list[list[int]] | None = None) -> Path:
     """Write shard-0000k.{bin,idx,docs.jsonl} and manifest.json; return the manifest path.
 
     `tokenizer` is the manifest's (model, sha256): a path or URI as the export job writes it.
+    `documents` (token ids below VOCAB, without EOD): shard k holds documents[k::n_shards] instead of
+    synthetic runs.
     """
     folder.mkdir(parents=True, exist_ok=True)
     rng = np.random.default_rng(seed)
@@ -44,14 +47,17 @@ def build_shards(folder: Path, n_shards: int = 2, docs_per_shard: int = 60, seed
         builder = IndexedDatasetBuilder(str(folder / f"{prefix}.bin"), dtype=np.uint16)
         tokens = 0
         with open(folder / f"{prefix}.docs.jsonl", "w") as docs:
-            for i in range(docs_per_shard):
-                doc = np.append(synthetic_document(rng), EOD).astype(np.uint16)   # EOD appended, as the jobs do
+            mine = documents[k::n_shards] if documents is not None else None
+            count = len(mine) if mine is not None else docs_per_shard
+            for i in range(count):
+                body = np.asarray(mine[i]) if mine is not None else synthetic_document(rng)
+                doc = np.append(body, EOD).astype(np.uint16)   # EOD appended, as the jobs do
                 builder.add_document(torch.from_numpy(doc.astype(np.int64)), [len(doc)])
                 docs.write(json.dumps({"i": i, "doc_id": doc_id_for(k, i), "url": f"http://s{k}.weblm.test/{i}",
                                        "n_tokens": len(doc)}) + "\n")
                 tokens += len(doc)
         builder.finalize(str(folder / f"{prefix}.idx"))
-        entries.append({"prefix": prefix, "documents": docs_per_shard, "tokens": tokens,
+        entries.append({"prefix": prefix, "documents": count, "tokens": tokens,
                         "bin_sha256": file_sha256(folder / f"{prefix}.bin"),
                         "idx_sha256": file_sha256(folder / f"{prefix}.idx"), "docs": f"{prefix}.docs.jsonl"})
         total_tokens += tokens
@@ -63,7 +69,7 @@ def build_shards(folder: Path, n_shards: int = 2, docs_per_shard: int = 60, seed
         "tokenizer": {"type": "sentencepiece-bpe", "model": tokenizer[0],
                       "sha256": tokenizer[1], "vocab_size": VOCAB, "eod_id": EOD, "pad_id": 0},
         "dtype": "uint16", "shards": entries,
-        "totals": {"documents": n_shards * docs_per_shard, "tokens": total_tokens},
+        "totals": {"documents": sum(e["documents"] for e in entries), "tokens": total_tokens},
     }
     manifest["sha256"] = canonical_sha256(manifest)
     path = folder / "manifest.json"

@@ -24,7 +24,9 @@ def test_loss_falls_on_learnable_data(trained_run):
 def test_result_json_follows_the_seam(trained_run):
     out = trained_run["out"]
     written = json.loads((out / "result.json").read_text())
-    assert set(written) == {"run_id", "steps", "first_loss", "last_loss", "tokens_seen", "checkpoint", "lineage"}
+    assert set(written) == {"run_id", "steps", "first_loss", "last_loss", "tokens_seen", "checkpoint", "lineage",
+                            "downstream"}
+    assert written["downstream"] == {}    # no evaluation.tasks
     assert Path(written["checkpoint"]).is_file() and Path(written["checkpoint"]).name == "step-00000040.pt"
     assert Path(written["lineage"]) == out / "lineage" / "batches.jsonl"
 
