@@ -36,7 +36,7 @@ _DOM_BYTES_JS = "() => document.documentElement ? document.documentElement.outer
 class RenderResult:
     url: str
     html: bytes = b""                 # the rendered DOM (UTF-8); empty when the render failed
-    failure: str = ""                 # "" | timeout | page_crashed | browser_crashed | dom_too_large | error
+    failure: str = ""                 # "" | timeout | page_crashed | browser_crashed | dom_too_large | endless | error
     detail: str = ""
     seconds: float = 0.0
     subrequests: int = 0              # sub-requests fetched for the page (through the gate)
@@ -53,6 +53,22 @@ class RenderResult:
 
 class _PageCrashed(Exception):
     pass
+
+
+class _Traffic:
+    """The page's requests: how many are in flight, and how many have started or ended so far."""
+
+    def __init__(self) -> None:
+        self.in_flight = 0
+        self.count = 0
+
+    def started(self) -> None:
+        self.in_flight += 1
+        self.count += 1
+
+    def ended(self) -> None:
+        self.in_flight -= 1
+        self.count += 1
 
 
 class RenderPool:
@@ -157,7 +173,7 @@ class RenderPool:
                                             service_workers="block", java_script_enabled=True,
                                             proxy={"server": self.proxy} if self.proxy else None)
         crashed = asyncio.get_running_loop().create_future()
-        inflight = [0]
+        traffic = _Traffic()
         work = None
         try:
             page = await context.new_page()
@@ -172,11 +188,11 @@ class RenderPool:
 
             await context.route("**/*", route)
             # requests in flight, from the page's first sight of them (robots.txt and host-delay waits included)
-            page.on("request", lambda request: inflight.__setitem__(0, inflight[0] + 1))
-            page.on("requestfailed", lambda request: inflight.__setitem__(0, inflight[0] - 1))
-            page.on("requestfinished", lambda request: inflight.__setitem__(0, inflight[0] - 1)
+            page.on("request", lambda request: traffic.started())
+            page.on("requestfailed", lambda request: traffic.ended())
+            page.on("requestfinished", lambda request: traffic.ended()
                     or request.is_navigation_request() or asyncio.ensure_future(self._count_bytes(request, result)))
-            work = asyncio.ensure_future(self._load(page, url, result, inflight))
+            work = asyncio.ensure_future(self._load(page, url, result, traffic))
             done, _ = await asyncio.wait({work, crashed}, return_when=asyncio.FIRST_COMPLETED)
             if crashed in done:
                 work.cancel()
@@ -192,20 +208,24 @@ class RenderPool:
             except Exception:  # noqa: BLE001  (a crashed browser's contexts are gone already)
                 pass
 
-    async def _load(self, page, url: str, result: RenderResult, inflight: list[int]) -> None:
+    async def _load(self, page, url: str, result: RenderResult, traffic: "_Traffic") -> None:
         await page.goto(url, wait_until="load", timeout=self.cfg.timeout_s * 1000)
-        await self._settle(inflight)
+        await self._settle(traffic)
         height = await page.evaluate(_HEIGHT_JS)
         for _ in range(self.cfg.scroll_steps):  # lazy content (infinite scroll, IntersectionObserver) loads on scroll
             if height <= 0 or await page.evaluate(_DOM_BYTES_JS) > self.cfg.max_dom_bytes:
                 break  # nothing below the fold, or a DOM already too big
             await page.evaluate("() => window.scrollTo(0, document.body ? document.body.scrollHeight : 0)")
             await asyncio.sleep(0.1)  # observers and scroll handlers start their requests a few ms after the scroll
-            await self._settle(inflight)
+            await self._settle(traffic)
             grown = await page.evaluate(_HEIGHT_JS)
             if grown == height:
                 break  # the scroll loaded nothing: the page is whole
             height = grown
+        if await self._grows_by_itself(page, traffic):
+            result.failure = "endless"
+            result.detail = "the DOM keeps growing with no request to explain it (an endless feed or a runaway script)"
+            return
         html = await page.content()
         data = html.encode("utf-8", errors="replace")
         if len(data) > self.cfg.max_dom_bytes:
@@ -214,14 +234,22 @@ class RenderPool:
             return
         result.html = data
 
-    async def _settle(self, inflight: list[int]) -> None:
+    async def _grows_by_itself(self, page, traffic: "_Traffic") -> bool:
+        """True when the DOM grows over settle_s while no request starts or ends: timers feeding it without end."""
+        ended, before = traffic.count, await page.evaluate(_DOM_BYTES_JS)
+        await asyncio.sleep(self.cfg.settle_s)
+        after = await page.evaluate(_DOM_BYTES_JS)
+        quiet = traffic.in_flight == 0 and traffic.count == ended
+        return quiet and after > before + max(10_000, before // 20)  # a clock or a counter ticking is not growth
+
+    async def _settle(self, traffic: "_Traffic") -> None:
         """Wait until no sub-request has been in flight for 50 ms, at most settle_s."""
         deadline = time.monotonic() + self.cfg.settle_s
         await asyncio.sleep(0.05)
         while time.monotonic() < deadline:
-            if inflight[0] == 0:
+            if traffic.in_flight == 0:
                 await asyncio.sleep(0.05)
-                if inflight[0] == 0:
+                if traffic.in_flight == 0:
                     return
             await asyncio.sleep(0.025)
 
