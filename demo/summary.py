@@ -8,7 +8,7 @@ from urllib.parse import urlsplit
 import storage
 from conf.paths import Paths
 
-TABLES = ("bronze.pages", "silver.documents", "gold.tokens")
+TABLES = ("bronze.pages", "silver.documents", "silver.quality", "silver.deduped", "gold.tokens")
 
 
 def build_summary(paths: Paths, stage_seconds: dict[str, float], total_seconds: float,
@@ -25,7 +25,7 @@ def build_summary(paths: Paths, stage_seconds: dict[str, float], total_seconds: 
                                              "errors", "warc_files", "warc_records", "warc_bytes", "hosts")},
         "tables": {name: _table_summary(paths, name) for name in TABLES},
         "jobs": {job: _read_json(storage.join(paths.lake, "_metrics", f"{job}.json"))
-                 for job in ("ingest", "extract", "tokenize", "export")},
+                 for job in ("ingest", "extract", "quality", "dedup", "tokenize", "export")},
         "shards": {
             "manifest": str(manifest_path),
             "manifest_sha256": manifest.get("sha256"),

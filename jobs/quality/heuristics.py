@@ -9,13 +9,13 @@ reason, so they cannot give us the values themselves: hence this port (same form
 from __future__ import annotations
 
 import re
-import unicodedata
 from collections import Counter
 from dataclasses import dataclass
 
 # datatrove `utils/text.py` PUNCTUATION (a symbol-only "word" is not a word for Gopher)
 PUNCTUATION = set("!/—”:％１〈&(、━\\【#%「」，】；+^]~“《„';’{|∶´[=-`*．（–？！：$～«〉,><》)?）。…@_.\"}►»"
                   + "".join(map(chr, (*range(0x2000, 0x2070), *range(0x20A0, 0x20D0)))))
+PUNCTUATION_CHARS = "".join(sorted(PUNCTUATION))
 # datatrove TERMINAL_PUNCTUATION, the common part: what a line of prose ends with in most scripts
 TERMINAL_PUNCTUATION = tuple(".!?\"'”’»。！？…։؟۔।॥၊။።፧፨᙮᠃᠉‼‽⁇⁈⁉⸮。︒﹒﹗！．？｡")
 GOPHER_STOP_WORDS = frozenset({"the", "be", "to", "of", "and", "that", "have", "with"})
@@ -30,6 +30,10 @@ SENTENCE_END = re.compile(r"[.!?。！？]+(?=\s|$)")
 PARAGRAPHS = re.compile(r"\n{2,}")
 LINES = re.compile(r"\n+")
 CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+# what binary bytes decode to: C0/C1 controls (not tab/newline/return), private use, noncharacters, surrogates
+UNPRINTABLE = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\ud800-\udfff\ue000-\uf8ff\ufffe\uffff"
+                         "\U000f0000-\U0010ffff]")
+LETTER = re.compile(r"[^\W\d_]")
 
 
 @dataclass(frozen=True)
@@ -58,23 +62,31 @@ def find_duplicates(items: list[str]) -> tuple[int, int]:
     return dup_elements, dup_chars
 
 
+def ngrams(words: list[str], n: int) -> list[tuple[str, ...]]:
+    """Word n-grams as tuples, built in C (zip) rather than joined strings: the same counts, much cheaper."""
+    return list(zip(*(words[i:] for i in range(n))))
+
+
 def top_ngram_chars(words: list[str], n: int) -> int:
-    """Characters of the most frequent word n-gram times its count (Gopher's top n-gram share)."""
-    grams = Counter(" ".join(words[i:i + n]) for i in range(len(words) - n + 1))
+    """Characters of the most frequent word n-gram (space-joined) times its count (Gopher's top n-gram share)."""
+    grams = Counter(zip(*(words[i:] for i in range(n))))
     if not grams:
         return 0
     gram, count = grams.most_common(1)[0]
-    return len(gram) * count
+    return (sum(map(len, gram)) + n - 1) * count
 
 
 def duplicated_ngram_chars(words: list[str], n: int) -> int:
     """Characters in word n-grams seen before, without double counting overlaps (datatrove find_all_duplicate)."""
-    unique: set[str] = set()
+    grams = ngrams(words, n)
+    if len(set(grams)) == len(grams):   # no n-gram repeats (the common case for n >= 5): nothing to walk
+        return 0
+    unique: set[tuple[str, ...]] = set()
     repeated = idx = 0
-    while idx < len(words) - n + 1:
-        gram = "".join(words[idx:idx + n])
+    while idx < len(grams):
+        gram = grams[idx]
         if gram in unique:
-            repeated += len(gram)
+            repeated += sum(map(len, gram))   # datatrove counts the words' characters, without separators
             idx += n
         else:
             unique.add(gram)
@@ -87,7 +99,7 @@ def _ratio(a: float, b: float) -> float:
 
 
 def gopher_quality(text: str, words: list[str]) -> dict:
-    non_symbol = [w for w in words if any(ch not in PUNCTUATION for ch in w)]
+    non_symbol = [w for w in words if w.strip(PUNCTUATION_CHARS)]   # a word not made only of punctuation
     n_words = len(words)
     lines = text.splitlines()
     return {
@@ -98,7 +110,7 @@ def gopher_quality(text: str, words: list[str]) -> dict:
         "ellipsis_word_ratio": _ratio(text.count("...") + text.count("…"), n_words),
         "bullet_lines_frac": _ratio(sum(ln.lstrip().startswith(("•", "-")) for ln in lines), len(lines)),
         "ellipsis_lines_frac": _ratio(sum(ln.rstrip().endswith(("...", "…")) for ln in lines), len(lines)),
-        "alpha_words_frac": _ratio(sum(any(c.isalpha() for c in w) for w in words), n_words),
+        "alpha_words_frac": _ratio(sum(1 for w in words if LETTER.search(w)), n_words),
         "stop_words": sum(w.lower() in GOPHER_STOP_WORDS for w in words),
     }
 
@@ -157,11 +169,9 @@ def fineweb(text: str, words: list[str], params: SignalParams) -> dict:
 def bad_input(text: str) -> dict:
     """Junk that extraction let through: mojibake (U+FFFD from undecodable bytes), binary control characters."""
     n = len(text)
-    printable = sum(1 for ch in text[:65536] if unicodedata.category(ch) not in ("Cc", "Co", "Cn")
-                    or ch in "\n\t\r") if n else 0
     return {"n_chars": n, "replacement_char_frac": _ratio(text.count("\ufffd"), n),
             "control_char_frac": _ratio(len(CONTROL.findall(text)), n),
-            "unprintable_frac": 1.0 - _ratio(printable, min(n, 65536)) if n else 0.0}
+            "unprintable_frac": _ratio(len(UNPRINTABLE.findall(text)), n)}
 
 
 def signals(text: str | None, params: SignalParams = SignalParams()) -> dict:
