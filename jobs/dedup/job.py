@@ -33,7 +33,9 @@ _SILVER_OUT = ("doc_id", "url", "host", "fetch_time", "title", "language", "warc
 
 
 def signature_settings_sha(cfg) -> str:
-    return settings_sha256({k: getattr(cfg.minhash, k) for k in SIGNATURE_SETTINGS})
+    """The stored signals' settings hash: the configured settings plus the signature scheme (normalization,
+    hashes, signer), so a new scheme is never mixed with signatures or band buckets made by an old one."""
+    return settings_sha256({**{k: getattr(cfg.minhash, k) for k in SIGNATURE_SETTINGS}, "scheme": minhash.scheme()})
 
 
 def _delta(spark, path: str):

@@ -16,7 +16,7 @@ import numpy as np
 import pyarrow as pa
 
 from jobs.dedup import minhash
-from jobs.dedup.normalize import text_keys, words_of_batch
+from jobs.dedup.normalize import hash_keys, word_hashes_of_batch
 
 
 def signal_schema():
@@ -42,14 +42,14 @@ def _list_column(matrix: np.ndarray, present: np.ndarray, value_type) -> pa.Arra
 
 def sign_batch(doc_ids: pa.Array, texts: pa.Array, cfg) -> pa.RecordBatch:
     """One Arrow batch of documents -> their signals (`signal_schema`), all documents at once."""
-    words, offsets = words_of_batch(texts)
-    shingles, shingle_offsets = minhash.shingle_hashes(minhash.word_hashes(words), offsets, cfg.ngram)
+    word_hash, offsets = word_hashes_of_batch(texts)
+    shingles, shingle_offsets = minhash.shingle_hashes(word_hash, offsets, cfg.ngram)
     n_shingles = np.diff(shingle_offsets)
     sigs = minhash.signatures(shingles, shingle_offsets, cfg.num_perm, cfg.seed)
     bands = minhash.band_hashes(sigs, cfg.bands, cfg.rows)
     present = n_shingles > 0
     return pa.RecordBatch.from_arrays([
-        doc_ids.cast(pa.string()), pa.array(text_keys(words, offsets), pa.string()),
+        doc_ids.cast(pa.string()), pa.array(hash_keys(word_hash, offsets), pa.string()),
         pa.array(np.diff(offsets).astype(np.int32)), pa.array(n_shingles.astype(np.int32)),
         _list_column(sigs.view(np.int32), present, pa.int32()),
         _list_column(bands, present, pa.int64())], names=[f.name for f in signal_schema().fields])
@@ -64,8 +64,8 @@ def sign_batches(batches: Iterator[pa.RecordBatch], cfg) -> Iterator[pa.RecordBa
 def shingle_sets(batches: Iterator[pa.RecordBatch], ngram: int) -> Iterator[pa.RecordBatch]:
     """`mapInArrow` body: (doc_id, text) -> (doc_id, shingles), each a sorted set of shingle hashes."""
     for batch in batches:
-        words, offsets = words_of_batch(batch.column("text"))
-        shingles, shingle_offsets = minhash.shingle_hashes(minhash.word_hashes(words), offsets, ngram)
+        word_hash, offsets = word_hashes_of_batch(batch.column("text"))
+        shingles, shingle_offsets = minhash.shingle_hashes(word_hash, offsets, ngram)
         sets = minhash.unique_sets(shingles, shingle_offsets)
         set_offsets = np.zeros(len(sets) + 1, np.int32)
         np.cumsum([s.size for s in sets], out=set_offsets[1:])

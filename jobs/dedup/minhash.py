@@ -1,25 +1,35 @@
 """Words -> shingle hashes -> MinHash signatures -> LSH band hashes, vectorized per batch (no Spark).
 
-Each distinct word of a batch is hashed once (FNV-1a over its UTF-8 bytes in numpy, blake2b for the
-rare long word); a word n-gram's hash combines its words' hashes with a splitmix64 mixer, all positions of
-all documents at once.  Signatures come from rensa's `RMinHash` in one call per batch over the flat
+Words arrive hashed (`normalize.word_hashes_of_batch`: FNV-1a over each normalized word's UTF-8 bytes,
+in one compiled scan); a word n-gram's hash combines its words' hashes with a splitmix64 mixer, in one
+compiled pass over all positions of all documents.  Signatures come from rensa's `RMinHash` in one call per batch over the flat
 shingle-hash buffer (no Python call per document or per hash).  A band's hash mixes its `rows` minhash
 values into 64 bits.  Texts with fewer words than `n` get one shingle of all their words, so a short text
 still matches its exact copies; a text with no words gets no shingle and no band.
 """
 from __future__ import annotations
 
-import hashlib
-
+import numba
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-_FNV_OFFSET = np.uint64(0xCBF29CE484222325)
-_FNV_PRIME = np.uint64(0x100000001B3)
-_LONG_WORD = 64  # bytes; longer words are hashed one by one (blake2b) instead of in the byte loop
+from jobs.dedup.normalize import _fnv_strings, _mix64
+
 _MASK63 = np.uint64((1 << 63) - 1)
 _COMBINE = np.uint64(0x9E3779B97F4A7C15)  # odd multiplier (golden ratio): word order matters in a shingle
+
+# the signature scheme: what a stored signature depends on besides the configured settings.  Bump it when
+# the normalization, the word/shingle hashes or the signer change, so that the settings hash changes and
+# old signatures and band tables are recomputed rather than mixed with new ones.
+SCHEME = "words-fnv1a-scan/shingles-splitmix/rensa-rminhash"
+
+
+def scheme() -> str:
+    """SCHEME plus the signer's own algorithm version (a rensa upgrade that changes digests changes this)."""
+    import rensa
+
+    return f"{SCHEME}/v{rensa.RMinHash.ALGORITHM_VERSION}"
 
 
 def mix64(x: np.ndarray) -> np.ndarray:
@@ -33,27 +43,16 @@ def mix64(x: np.ndarray) -> np.ndarray:
 
 
 def hash_strings(strings: pa.Array) -> np.ndarray:
-    """A stable 64-bit hash of each string (same value in every process, run and machine)."""
+    """A stable 64-bit hash of each string (same value in every process, run and machine): the word hash
+    of `normalize.word_hashes_of_batch` (FNV-1a over the UTF-8 bytes, then splitmix64 with the length)."""
     strings = pa.array(strings, pa.large_string()) if not isinstance(strings, pa.Array) else strings
     strings = strings.cast(pa.large_string())
-    n = len(strings)
-    if n == 0:
+    if len(strings) == 0:
         return np.zeros(0, np.uint64)
     buffers = strings.buffers()
-    offsets = np.frombuffer(buffers[1], dtype=np.int64, count=n + 1, offset=strings.offset * 8)
+    offsets = np.frombuffer(buffers[1], dtype=np.int64, count=len(strings) + 1, offset=strings.offset * 8)
     data = np.frombuffer(buffers[2], dtype=np.uint8) if buffers[2] is not None else np.zeros(0, np.uint8)
-    lengths = np.diff(offsets)
-    h = np.full(n, _FNV_OFFSET, dtype=np.uint64)
-    active = np.flatnonzero((lengths > 0) & (lengths <= _LONG_WORD))
-    j = 0
-    with np.errstate(over="ignore"):
-        while active.size:
-            h[active] = (h[active] ^ data[offsets[active] + j].astype(np.uint64)) * _FNV_PRIME
-            j += 1
-            active = active[lengths[active] > j]
-    for i in np.flatnonzero(lengths > _LONG_WORD):
-        h[i] = int.from_bytes(hashlib.blake2b(data[offsets[i]:offsets[i + 1]].tobytes(), digest_size=8).digest(), "little")
-    return mix64(h ^ lengths.astype(np.uint64))
+    return _fnv_strings(data, np.ascontiguousarray(offsets))
 
 
 def word_hashes(words: pa.Array) -> np.ndarray:
@@ -64,36 +63,45 @@ def word_hashes(words: pa.Array) -> np.ndarray:
     return hash_strings(encoded.dictionary)[np.asarray(encoded.indices)]
 
 
+@numba.njit(cache=True, nogil=True)
+def _shingles(word_hash, offsets, n):
+    """Hand-written (no library hashes n-grams of a hash array): one pass, see `shingle_hashes`."""
+    n_texts = offsets.size - 1
+    per_text = np.empty(n_texts, np.int64)
+    for i in range(n_texts):
+        length = offsets[i + 1] - offsets[i]
+        per_text[i] = length - n + 1 if length >= n else (1 if length > 0 else 0)
+    shingle_offsets = np.zeros(n_texts + 1, np.int64)
+    for i in range(n_texts):
+        shingle_offsets[i + 1] = shingle_offsets[i] + per_text[i]
+    out = np.empty(shingle_offsets[n_texts], np.uint64)
+    salt = np.uint64(n)
+    for i in range(n_texts):
+        first = offsets[i]
+        length = offsets[i + 1] - first
+        at = shingle_offsets[i]
+        if length >= n:
+            for p in range(length - n + 1):
+                h = np.uint64(0)
+                for k in range(n):
+                    h = h * _COMBINE + word_hash[first + p + k]
+                out[at + p] = _mix64(h + salt)
+        elif length > 0:  # a short text: one shingle of all its words, as if padded with zero hashes
+            h = np.uint64(0)
+            for k in range(length):
+                h = h * _COMBINE + word_hash[first + k]
+            for k in range(n - length):
+                h = h * _COMBINE
+            out[at] = _mix64(h + salt)
+    return out, shingle_offsets
+
+
 def shingle_hashes(word_hash: np.ndarray, offsets: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
     """`(hashes, shingle_offsets)`: the hash of every word n-gram of every text, flat, text i's at
     `hashes[shingle_offsets[i]:shingle_offsets[i+1]]` in text order (repeats included: MinHash does not
-    care; `unique_sets` makes the sets for exact Jaccard)."""
-    offsets = np.asarray(offsets, dtype=np.int64)
-    lengths = np.diff(offsets)
-    total = int(offsets[-1])
-    if total == 0:
-        return np.zeros(0, np.uint64), np.zeros(len(lengths) + 1, np.int64)
-    # a shingle starts at every position with n words after it, or at the start of a text shorter than n
-    per_text = np.where(lengths >= n, lengths - n + 1, (lengths > 0).astype(np.int64))
-    first = offsets[:-1]
-    inside = np.cumsum(np.bincount(first, minlength=total + 1)[:total]
-                       - np.bincount(first + per_text, minlength=total + 1)[:total]) > 0
-    padded = np.concatenate([word_hash.astype(np.uint64), np.zeros(n, np.uint64)])
-    h = np.zeros(total, np.uint64)
-    with np.errstate(over="ignore"):
-        for k in range(n):  # contiguous slices, no gathers: the n-gram at every position at once
-            h *= _COMBINE
-            h += padded[k:k + total]
-        short = np.flatnonzero((lengths > 0) & (lengths < n))  # their n-gram must not run into the next text
-        for i in short:
-            hs = np.uint64(0)
-            for k in range(int(lengths[i])):
-                hs = hs * _COMBINE + word_hash[first[i] + k]
-            h[first[i]] = hs * _COMBINE ** np.uint64(n - lengths[i])
-        h = mix64(h[inside] + np.uint64(n))
-    shingle_offsets = np.zeros(len(lengths) + 1, np.int64)
-    np.cumsum(per_text, out=shingle_offsets[1:])
-    return h, shingle_offsets
+    care; `unique_sets` makes the sets for exact Jaccard).  A text with fewer than n words has one shingle
+    of all its words (so it matches its exact copies), a text with none has none."""
+    return _shingles(np.ascontiguousarray(word_hash, np.uint64), np.ascontiguousarray(offsets, np.int64), int(n))
 
 
 def unique_sets(shingles: np.ndarray, shingle_offsets: np.ndarray) -> list[np.ndarray]:
