@@ -47,7 +47,8 @@ def normalize(line: str) -> str:
     if not line:
         return line
     line = line.lower()
-    line = "".join(c for c in unicodedata.normalize("NFD", line) if unicodedata.category(c) != "Mn")
+    if not line.isascii():   # ASCII has no combining marks: skip the per-character pass
+        line = "".join(c for c in unicodedata.normalize("NFD", line) if unicodedata.category(c) != "Mn")
     line = _DIGIT.sub("0", line)
     line = line.translate(_PUNCT)
     return _NON_PRINTING.sub("", line)
@@ -86,14 +87,12 @@ class LanguageModel:
 
         `per_line=False` is what cc_net's mine.py in effect runs: the whole document normalized at once, which
         deletes its newlines (control characters), and scored as one sentence."""
-        lines = text.split("\n") if per_line else [text]
+        lines = [n for n in map(normalize, text.split("\n") if per_line else [text]) if n]
         total, n_tokens = 0.0, 0
-        for line in lines:
-            pieces = self.pieces(line)
-            if not pieces:
-                continue
-            total += self.lm.score(pieces, bos=True, eos=True)
-            n_tokens += pieces.count(" ") + 2   # pieces + the end of sentence
+        for pieces in self.sp.encode(lines, out_type=str):     # one call for the document's lines
+            if pieces:
+                total += self.lm.score(" ".join(pieces), bos=True, eos=True)
+                n_tokens += len(pieces) + 1                      # pieces + the end of sentence
         return round(perplexity(total, n_tokens), 1) if n_tokens else None
 
 

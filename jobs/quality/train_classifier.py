@@ -4,8 +4,8 @@ fastText (fasttext-numpy2) on reference text (positives, `__label__hq`: Wikipedi
 `--positives`) against random crawl (negatives, `__label__cc`: a seeded sample of `silver.documents`, or a JSONL
 file/folder given with `--negatives`).  The classes are balanced (the larger side is sampled down), a seeded share of
 each is held out, and the held-out precision, recall and F1 of the positive class at `threshold` are printed and kept
-in `model.json` beside `model.bin` under `<lake>/models/quality_classifier` (DCLM's trainer defaults: lr 0.1,
-dim 100, 5 epochs, word bigrams).
+in `model.json` beside `model.bin` under `<lake>/models/quality_classifier` (DCLM's trainer settings: lr 0.1,
+dim 100, word bigrams; 25 epochs instead of DCLM's 5, which under-train a corpus of thousands of documents).
 
 A plain process like train_kenlm: fastText trains on one machine from one file; Spark only reads a corpus that is
 a Delta table.
