@@ -14,7 +14,7 @@ import pytest
 from jobs.dedup import minhash
 from jobs.dedup.components import choose_survivors
 from jobs.dedup.contamination import cut_text
-from jobs.dedup.normalize import normalize_texts, normalized_text, words_of, words_of_batch
+from jobs.dedup.normalize import normalize_texts, normalized_text, word_hashes_of_batch, words_of, words_of_batch
 
 
 def letter_words(rng: random.Random, n: int) -> list[str]:
@@ -163,3 +163,66 @@ def test_contamination_cut_removes_the_hit_and_its_surroundings():
     assert splits == 1 and "quick brown fox" not in cut
     assert cut.startswith(before[:100]) and cut.endswith(after[-100:])
     assert cut_text(text, [hit], 13, 200, 200, max_splits=0) == (None, 1)
+
+
+MIXED = ["Ünïcödé “quotes” ﬁligatures ½ ¼ ™ ℃ … ″ ㎒ Ⅻ ①②", "한국어 텍스트는 띄어쓰기를 합니다 대한민국",
+         "ภาษาไทยไม่มีการเว้นวรรคระหว่างคำ", "हिन्दी में लिखा गया पाठ, और अंक ०१२३", "النص العربي ٠١٢٣ مع أرقام",
+         "ＦＵＬＬ－ＷＩＤＴＨ ａｂｃ １２３", "Ελληνικά ΚΕΦΑΛΑΙΑ ά έ", "Кириллица Ёё ЙЙ", "ȺȺ ǅ ǈ İstanbul ß ẞ",
+         "zero\u200bwidth soft\u00adhyphen nbsp\u00a0space e\u0301\u0302 x\u20dd", "emoji 😀👍🏽 tags 🏳️‍🌈 ok",
+         "日本語のテキストです。中文文本没有空格 ｶﾀｶﾅ"]
+
+
+def test_the_compiled_scan_gives_the_words_of_the_reference_normalization():
+    """The code-point table + scan against `normalize_texts` (Arrow regexes, the definition), on many
+    scripts and on characters that expand into several (ligatures, fractions, ™, Hangul syllables)."""
+    rng = random.Random(6)
+    pieces = [w for t in MIXED for w in t.split(" ")]
+    texts = MIXED + [" ".join(rng.choice(pieces) for _ in range(rng.randrange(1, 30))) for _ in range(200)]
+    fast, offsets = words_of_batch(pa.array(texts, pa.large_string()))
+    reference = pc.utf8_split_whitespace(normalize_texts(pa.array(texts, pa.large_string())))
+    for i, ref in enumerate(reference.to_pylist()):
+        assert fast.to_pylist()[offsets[i]:offsets[i + 1]] == [w.strip() for w in ref if w.strip()], texts[i]
+
+
+def test_word_hashes_without_strings_equal_the_hashes_of_the_words():
+    texts = MIXED + ["", None, "one", "x " * 1000]
+    hashes, offsets = word_hashes_of_batch(pa.array(texts, pa.large_string()))
+    words, word_offsets = words_of_batch(pa.array(texts, pa.large_string()))
+    assert (offsets == word_offsets).all() and (hashes == minhash.word_hashes(words)).all()
+    assert np.unique(hashes).size == np.unique(np.asarray(words.to_pylist(), object)).size
+
+
+def test_scripts_without_spaces_and_hangul_shingle_into_many_words():
+    """Thai, Chinese, Japanese: one word per character; Korean is written with spaces (its syllables
+    decompose into jamo under NFKD, inside the word)."""
+    for text, at_least in (("ภาษาไทยไม่มีการเว้นวรรคระหว่างคำ" * 3, 60), ("한국어 텍스트는 띄어쓰기를 합니다 " * 10, 40),
+                           ("中文文本没有空格" * 5, 40), ("ひらがなとカタカナ" * 5, 40)):
+        assert len(words_of(text)) >= at_least, text
+        assert shingle_sets([text])[0].size >= 4  # repeated text: its distinct 5-grams
+
+
+def test_batches_that_outgrow_the_first_buffers_are_scanned_again_larger():
+    text = "Ⱥ" * 5000 + " " + "⑴" * 3000  # lowercase takes 3 bytes for 2; each ⑴ expands to a word of its own
+    words = words_of(text)
+    assert words[0] == "ⱥ" * 5000 and words[1:] == ["0"] * 3000
+    assert word_hashes_of_batch([text])[1][-1] == 3001
+
+
+def test_empty_batches_null_texts_and_one_giant_word():
+    assert word_hashes_of_batch(pa.array([], pa.large_string()))[0].size == 0
+    hashes, offsets = word_hashes_of_batch(pa.array([None, "", "   "], pa.large_string()))
+    assert hashes.size == 0 and offsets.tolist() == [0, 0, 0, 0]
+    giant = "a" * 300_000
+    assert words_of(giant) == [giant]
+    assert [s.size for s in shingle_sets([giant, giant + "b"])] == [1, 1]
+
+
+def test_the_signature_scheme_is_part_of_the_settings_hash(monkeypatch):
+    from jobs.config import load_jobs_config
+    from jobs.dedup.job import signature_settings_sha
+
+    cfg = load_jobs_config().dedup
+    before = signature_settings_sha(cfg)
+    assert signature_settings_sha(load_jobs_config().dedup) == before
+    monkeypatch.setattr(minhash, "SCHEME", minhash.SCHEME + "-changed")
+    assert signature_settings_sha(cfg) != before
