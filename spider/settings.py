@@ -46,9 +46,9 @@ def scrapy_settings(cfg: CrawlConfig, warc_dir: str, stats_file: str = "",
             "scrapy.downloadermiddlewares.retry.RetryMiddleware": None,
             "spider.middlewares.retry.PoliteRetryMiddleware": 550,  # same place; honours Retry-After
             "spider.middlewares.proxy.ProxyMiddleware": 740,  # before HttpProxyMiddleware (750)
-            "spider.render.middleware.RenderMiddleware": 580,  # after decompression (590): renders the pages that need it
             "spider.middlewares.warc_capture.WarcCaptureMiddleware": 950,  # next to the downloader
             "spider.frontier.outcome.FetchOutcomeMiddleware": 960,  # first to see how a fetch ended
+            "spider.render.middleware.RenderMiddleware": 970,  # renders before the host is released (crawl.render)
         },
         "EXTENSIONS": {
             "scrapy.extensions.logstats.LogStats": None,  # replaced by ProgressLog

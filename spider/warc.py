@@ -136,7 +136,7 @@ class Fetch:
     ip_address: str | None = None                 # the address contacted (WARC 1.1 §5.12)
     truncated: str | None = None                  # WARC-Truncated reason (§5.13) when the body is not whole
     metadata: dict[str, str] | None = None        # fields of its metadata record; None: no metadata record
-    record_id: str | None = None                  # WARC-Record-ID of its response/revisit, when chosen at capture
+    rendered: RenderedDom | None = None           # the DOM a browser rendered from it: a conversion record
 
     @property
     def status(self) -> int | None:
@@ -195,7 +195,7 @@ class WarcCounters:
     records: int = 0
     responses: int = 0  # response records
     revisits: int = 0   # revisit records (fetches whose payload was already stored)
-    conversions: int = 0  # conversion records (rendered DOMs)
+    conversions: int = 0  # conversion records (rendered DOMs, spider/render)
     bytes: int = 0      # compressed bytes of every file written, the open one included
     digest_index_errors: int = 0  # lookups that failed: those fetches were stored in full
 
@@ -241,13 +241,16 @@ class RotatingWarcWriter:
 
     def write(self, fetch: Fetch, digests: DigestIndex | None = None) -> Written:
         """Write a fetch's records; with `digests`, a payload stored before becomes a revisit record."""
-        record_id = fetch.record_id or StatusAndHeadersParser.make_warc_id()
+        record_id = StatusAndHeadersParser.make_warc_id()
         digest = payload_digest(fetch.response_body)
         first = self._first_capture(fetch, digest, record_id, digests) if digests is not None else None
         main = self._revisit(fetch, digest, record_id, first) if first else self._response(fetch, digest, record_id)
         records = [main]
         if fetch.metadata is not None:
             records.append(self._metadata(fetch, record_id))
+        if fetch.rendered is not None:  # before the request, which stays the fetch's last record (warc_salvage.py)
+            records.append(conversion_record(self._builder, fetch.url, record_id, fetch.date, fetch.rendered))
+            self.counters.conversions += 1
         records.append(self._builder.create_warc_record(
             fetch.url, "request", payload=BytesIO(fetch.request_body), length=len(fetch.request_body),
             http_headers=fetch.request, warc_headers_dict={"WARC-Date": fetch.date, "WARC-Concurrent-To": record_id}))
@@ -260,13 +263,6 @@ class RotatingWarcWriter:
             self.counters.responses += 1
         self._after_write()
         return Written(record_id, first)
-
-    def write_rendered(self, dom: RenderedDom) -> None:
-        """Write a rendered DOM as a `conversion` record (spider/render/warc_record.py); not a fetch of its own."""
-        self._append(_serialize([conversion_record(self._builder, dom)]))
-        self.counters.records += 1
-        self.counters.conversions += 1
-        self._after_write()
 
     def close(self) -> None:
         """Close the open file (if any) and rename it to its final name.  Safe to call twice."""

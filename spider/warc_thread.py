@@ -20,7 +20,6 @@ from typing import Callable
 
 from twisted.internet.defer import Deferred
 
-from spider.render.warc_record import RenderedDom
 from spider.warc import DigestIndex, Fetch, RotatingWarcWriter, Written
 
 logger = logging.getLogger(__name__)
@@ -60,12 +59,6 @@ class WarcWriterThread:
             raise WriterStopped(f"the WARC writer is closed; {fetch.url} is not recorded (so never acknowledged: "
                                 "the frontier fetches it again)")
         return self._put(fetch)
-
-    def submit_rendered(self, dom: RenderedDom) -> Deferred | None:
-        """Queue a rendered DOM's conversion record, behind the fetch it refers to."""
-        if self._stopping:
-            raise WriterStopped(f"the WARC writer is closed; the rendered DOM of {dom.url} is not recorded")
-        return self._put(dom)
 
     def flush(self) -> None:
         """Close the current file once every fetch queued before this call is in it (if it holds any)."""
@@ -142,8 +135,6 @@ class WarcWriterThread:
             if fetch is not None:
                 written = self.writer.write(fetch, self.digests())
                 self.on_written(fetch, written)
-            elif isinstance(item, RenderedDom):
-                self.writer.write_rendered(item)
             elif item is _FLUSH:
                 self.writer.flush()
             elif item is _TICK:

@@ -33,18 +33,16 @@ from scrapy.utils.httpobj import urlparse_cached
 from twisted.internet import threads
 from twisted.internet.defer import Deferred
 from twisted.internet.task import LoopingCall
-from warcio.statusandheaders import StatusAndHeadersParser
 
 import storage
 from spider.config import CrawlConfig
+from spider.render.warc_record import RENDERED_DOM_META_KEY
 from spider.signals import DurableWarc, warc_file_durable, warc_flush_requested
 from spider.warc import (UNRECORDED_REQUEST_HEADERS, ClosedWarc, DigestIndex, Fetch, RotatingWarcWriter, Written,
                          request_head, response_head, warc_date, wire_request_head, wire_response_head)
 from spider.warc_thread import WarcWriterThread, WriterStopped
 from spider.warc_upload import WarcUploads
 from spider.wire import WIRE_META_KEY
-
-RECORD_ID_META_KEY = "weblm_warc_record_id"  # the response/revisit record id of the fetch, set at capture
 
 logger = logging.getLogger(__name__)
 
@@ -87,7 +85,6 @@ class WarcCaptureMiddleware:
             "config-sha256": cfg.digest(),
         }
         mw = cls(crawler, Path(buffer if remote else warc_dir), cfg, warcinfo)
-        crawler.weblm_warc_thread = mw.thread  # spider/render writes rendered DOMs through the same writer
         if remote:
             mw.uploads = WarcUploads(buffer, warc_dir, on_durable=mw.durable_from_thread)
         crawler.signals.connect(mw.open, signal=signals.spider_opened)
@@ -114,13 +111,12 @@ class WarcCaptureMiddleware:
             resp_head = response_head(getattr(response, "protocol", None), response.status, _pairs(response.headers))
             self.stats.inc_value("weblm/warc/response_head_rebuilt")
         date = warc_date()
-        # chosen here, so that a rendered DOM written later can name this record (WARC-Refers-To)
-        request.meta[RECORD_ID_META_KEY] = record_id = StatusAndHeadersParser.make_warc_id()
-        fetch = Fetch(response.url, req_head, request.body, resp_head, response.body, date=date, record_id=record_id,
+        fetch = Fetch(response.url, req_head, request.body, resp_head, response.body, date=date,
                       # the address contacted (WARC 1.1 §5.12): the proxy's when the crawl goes through one
                       ip_address=str(response.ip_address) if response.ip_address else None,
                       truncated="disconnect" if "dataloss" in response.flags else None,
-                      metadata=self._metadata_fields(request, host, date) if self.metadata else None)
+                      metadata=self._metadata_fields(request, host, date) if self.metadata else None,
+                      rendered=request.meta.pop(RENDERED_DOM_META_KEY, None))  # spider/render, at 970
         try:
             queued = self.thread.submit(fetch)
         except WriterStopped as exc:

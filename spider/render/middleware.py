@@ -1,36 +1,37 @@
-"""Selective rendering in the Scrapy crawl: a downloader middleware after decompression (priority 580).
+"""Selective rendering in the Scrapy crawl: a downloader middleware next to the downloader (priority 970).
 
-By then WarcCaptureMiddleware (950) has queued the response exactly as fetched; this one decides
-(spider/render/rule.py, with the host's memory), renders the chosen pages in the pool, writes the rendered DOM
-as a `conversion` record referring to that response, and hands the spider the rendered DOM to follow links in
-(`response.meta["weblm_rendered_html"]`).  A failed render is counted (weblm/render/failed/<why>) and the plain
-HTML goes on as if no render had been tried: the crawl never waits on a browser longer than render.timeout_s.
+It sees each answer first, before FetchOutcomeMiddleware (960) tells the frontier the fetch has ended: a render is
+part of its page's fetch, so the host stays held, cluster-wide, until the render and its sub-requests are over,
+and the frontier's delay for the host counts from then.  It decides (spider/render/rule.py, with the host's
+memory) on the decoded body (Scrapy's HttpCompressionMiddleware decodes a copy; the answer itself goes on
+encoded, as the WARC capture at 950 must store it), renders the chosen pages in the pool, and hands the rendered
+DOM to the WARC capture (a `conversion` record in the same fetch, referring to the response) and to the spider
+(`response.meta["weblm_rendered_html"]`: links are followed in the rendered DOM).  A failed render is counted
+(weblm/render/failed/<why>) and the plain HTML goes on as if no render had been tried: the crawl never waits on
+a browser longer than render.timeout_s.
 """
 from __future__ import annotations
 
 import logging
-import re
 
 import lxml.html
 from scrapy import signals
+from scrapy.downloadermiddlewares.httpcompression import HttpCompressionMiddleware
 from scrapy.exceptions import NotConfigured
 from scrapy.http import HtmlResponse
-from scrapy.utils.defer import maybe_deferred_to_future
+from scrapy.statscollectors import DummyStatsCollector
 from scrapy.utils.httpobj import urlparse_cached
 
-from spider.middlewares.warc_capture import RECORD_ID_META_KEY
 from spider.render.config import RenderConfig
 from spider.render.gate import SubrequestGate
 from spider.render.memory import HostMemory
 from spider.render.pool import RenderPool, RenderResult
 from spider.render.rule import Decision, decide, signals as page_signals, visible_text
-from spider.render.warc_record import RenderedDom
-from spider.warc import warc_date
+from spider.render.warc_record import RENDERED_DOM_META_KEY, RenderedDom
 
 logger = logging.getLogger(__name__)
 
-RENDERED_META_KEY = "weblm_rendered_html"
-_SPACE = re.compile(r"\s+")
+RENDERED_META_KEY = "weblm_rendered_html"  # request.meta: the rendered DOM, for the spider's link extraction
 
 
 def rendered_text_chars(html: bytes) -> int:
@@ -47,6 +48,9 @@ class RenderMiddleware:
         self.cfg = cfg
         self.pool = pool
         self.memory = HostMemory(cfg.host_render_after, cfg.host_stop_after, cfg.host_memory_size)
+        # Scrapy's own decoder, on a copy of the body; its counters go to a sink, the real pass at 590 counts once
+        self.decoder = HttpCompressionMiddleware(crawler=crawler)
+        self.decoder.stats = DummyStatsCollector(crawler)
 
     @classmethod
     def from_crawler(cls, crawler):
@@ -63,14 +67,20 @@ class RenderMiddleware:
     async def process_response(self, request, response, spider=None):
         if not isinstance(response, HtmlResponse) or response.status != 200:
             return response
+        try:
+            decoded = self.decoder.process_response(request, response, spider)
+        except Exception as exc:  # noqa: BLE001  (undecodable: the pass at 590 reports it; nothing to render)
+            self.stats.inc_value("weblm/render/undecodable")
+            logger.debug("not rendering %s: body not decodable (%s)", response.url, exc)
+            return response
         host = urlparse_cached(request).hostname or ""
-        decision = decide(page_signals(response.body), self.cfg, self.memory.verdict(host))
+        decision = decide(page_signals(decoded.body), self.cfg, self.memory.verdict(host))
         self.stats.inc_value(f"weblm/render/decided/{decision.reason}")
         self.stats.inc_value("weblm/render/html_pages")
         if not decision.render:
             return response
-        headers = {k.decode("latin-1"): b", ".join(v).decode("latin-1") for k, v in response.headers.items()}
-        result = await self.pool.render(response.url, response.body, response.status, headers)
+        headers = {k.decode("latin-1"): b", ".join(v).decode("latin-1") for k, v in decoded.headers.items()}
+        result = await self.pool.render(response.url, decoded.body, response.status, headers)
         self._count(result)
         if not result.ok:
             logger.info("render of %s failed (%s: %s); the plain HTML is kept", response.url, result.failure,
@@ -80,29 +90,16 @@ class RenderMiddleware:
         self.memory.learn(host, gained, self.cfg.min_gain_chars)
         self.stats.inc_value("weblm/render/text_chars_gained", max(gained, 0))
         request.meta[RENDERED_META_KEY] = result.html
-        await self._record(request, response, decision, result, gained)
+        request.meta[RENDERED_DOM_META_KEY] = RenderedDom(result.html, self._fields(decision, result, gained))
+        self.stats.inc_value("weblm/render/recorded")
         return response
 
-    async def _record(self, request, response, decision: Decision, result: RenderResult, gained: int) -> None:
-        thread = getattr(self.crawler, "weblm_warc_thread", None)
-        refers_to = request.meta.get(RECORD_ID_META_KEY)
-        if thread is None or not refers_to:
-            self.stats.inc_value("weblm/render/not_recorded")
-            return
+    @staticmethod
+    def _fields(decision: Decision, result: RenderResult, gained: int) -> dict[str, str]:
         fields = {"Ms": str(round(result.seconds * 1000)), "Subrequests": str(result.subrequests),
                   "Subrequest-Bytes": str(result.subrequest_bytes), "Reason": decision.reason,
                   "Text-Gained": str(gained), "Blocked": ",".join(f"{k}={v}" for k, v in sorted(result.blocked.items()))}
-        dom = RenderedDom(response.url, refers_to, result.html, warc_date(),
-                          {name: value for name, value in fields.items() if value})
-        try:
-            queued = thread.submit_rendered(dom)
-        except Exception as exc:  # noqa: BLE001  (writer stopped: the response is recorded, the DOM is not)
-            logger.warning("rendered DOM of %s not recorded: %s", response.url, exc)
-            self.stats.inc_value("weblm/render/not_recorded")
-            return
-        if queued is not None:
-            await maybe_deferred_to_future(queued)
-        self.stats.inc_value("weblm/render/recorded")
+        return {name: value for name, value in fields.items() if value}
 
     def _count(self, result: RenderResult) -> None:
         self.stats.inc_value("weblm/render/renders")

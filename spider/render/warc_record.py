@@ -12,21 +12,19 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from io import BytesIO
 
+RENDERED_DOM_META_KEY = "weblm_rendered_dom"  # request.meta: the RenderedDom the WARC capture writes with the fetch
 RENDER_FIELD_PREFIX = "WARC-X-Render-"   # extension fields: WARC-X-Render-Ms, -Subrequests, -Subrequest-Bytes, ...
 
 
 @dataclass(frozen=True)
 class RenderedDom:
-    url: str
-    refers_to: str                 # WARC-Record-ID of the response (or revisit) record it was rendered from
     html: bytes                    # the serialised DOM, UTF-8
-    date: str                      # WARC-Date: when the render finished
     fields: dict[str, str] = field(default_factory=dict)   # render metadata: Ms, Subrequests, Subrequest-Bytes, ...
 
 
-def conversion_record(builder, dom: RenderedDom):
+def conversion_record(builder, url: str, refers_to: str, date: str, dom: RenderedDom):
     """Build the record with warcio's builder (it computes WARC-Block-Digest and WARC-Payload-Digest)."""
-    headers = {"WARC-Date": dom.date, "WARC-Refers-To": dom.refers_to}
+    headers = {"WARC-Date": date, "WARC-Refers-To": refers_to}
     headers.update({RENDER_FIELD_PREFIX + name: " ".join(str(value).split()) for name, value in dom.fields.items()})
-    return builder.create_warc_record(dom.url, "conversion", payload=BytesIO(dom.html), length=len(dom.html),
+    return builder.create_warc_record(url, "conversion", payload=BytesIO(dom.html), length=len(dom.html),
                                       warc_content_type="text/html; charset=utf-8", warc_headers_dict=headers)

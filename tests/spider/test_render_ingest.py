@@ -7,21 +7,21 @@ from __future__ import annotations
 
 import pyarrow as pa
 from pyspark.sql.pandas.types import to_arrow_schema
-from warcio.statusandheaders import StatusAndHeaders, StatusAndHeadersParser
+from warcio.statusandheaders import StatusAndHeaders
 
 from jobs.config import load_jobs_config
 from jobs.ingest import HTML_SOURCE, read_files, read_schema
 from spider.render.warc_record import RenderedDom
-from spider.warc import Fetch, RotatingWarcWriter, warc_date
+from spider.warc import Fetch, RotatingWarcWriter
 
 SHELL = b'<html><body><div id="root"></div><script src="/app.js"></script></body></html>'
 DOM = '<html><body><div id="root"><p>Text that only JavaScript writes, r\u00e9sum\u00e9.</p></div></body></html>'.encode()
 
 
-def fetch(url: str, body: bytes, record_id: str) -> Fetch:
+def fetch(url: str, body: bytes, rendered: RenderedDom | None = None) -> Fetch:
     return Fetch(url, StatusAndHeaders("GET / HTTP/1.1", [("Host", "x.test")], protocol="", is_http_request=True), b"",
                  StatusAndHeaders("200 OK", [("Content-Type", "text/html")], protocol="HTTP/1.1"), body,
-                 record_id=record_id)
+                 rendered=rendered)
 
 
 def ingest_rows(path) -> list[dict]:
@@ -32,10 +32,8 @@ def ingest_rows(path) -> list[dict]:
 
 def test_ingest_extracts_from_the_rendered_dom_and_says_so_while_other_pages_keep_their_html(tmp_path):
     writer = RotatingWarcWriter(tmp_path, "t", 10**9, {"operator": "test"})
-    rendered_id, plain_id = StatusAndHeadersParser.make_warc_id(), StatusAndHeadersParser.make_warc_id()
-    writer.write(fetch("http://spa.test/", SHELL, rendered_id))
-    writer.write(fetch("http://plain.test/", b"<html><body><p>plain</p></body></html>", plain_id))
-    writer.write_rendered(RenderedDom("http://spa.test/", rendered_id, DOM, warc_date(), {"Ms": "120"}))
+    rendered_id = writer.write(fetch("http://spa.test/", SHELL, RenderedDom(DOM, {"Ms": "120"}))).record_id
+    writer.write(fetch("http://plain.test/", b"<html><body><p>plain</p></body></html>"))
     writer.close()
     assert writer.counters.conversions == 1
     rows = {r["url"]: r for r in ingest_rows(writer.closed_files[0]) if r["kind"] == "page"}
@@ -46,3 +44,19 @@ def test_ingest_extracts_from_the_rendered_dom_and_says_so_while_other_pages_kee
     assert plain["html"].startswith(b"<html><body><p>plain") and HTML_SOURCE not in dict(plain["headers"])
     summary = next(r for r in ingest_rows(writer.closed_files[0]) if r["kind"] == "file")
     assert summary["rows"] == 2 and dict(summary["skips"]).get("other_record_type") == 4  # warcinfo, 2 requests, the conversion
+
+
+def test_the_conversion_record_sits_inside_its_fetch_before_the_request_and_names_the_response(tmp_path):
+    from warcio.archiveiterator import ArchiveIterator
+
+    writer = RotatingWarcWriter(tmp_path, "t", 10**9, {"operator": "test"})
+    record_id = writer.write(fetch("http://spa.test/", SHELL, RenderedDom(DOM, {"Ms": "120", "Subrequests": "2"})),
+                             ).record_id
+    writer.close()
+    with open(writer.closed_files[0], "rb") as stream:
+        records = [(r.rec_type, r.rec_headers, r.content_stream().read()) for r in ArchiveIterator(stream)]
+    assert [t for t, _, _ in records] == ["warcinfo", "response", "conversion", "request"]
+    _, headers, block = records[2]
+    assert headers.get_header("WARC-Refers-To") == record_id and block == DOM
+    assert headers.get_header("WARC-X-Render-Subrequests") == "2"
+    assert headers.get_header("Content-Type") == "text/html; charset=utf-8"
