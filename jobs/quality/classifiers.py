@@ -18,6 +18,7 @@ import json
 import logging
 import os
 import re
+from dataclasses import dataclass
 from importlib import resources
 
 import storage
@@ -57,18 +58,38 @@ def _words(text: str) -> list[str]:
     return [w for w in (t.strip(_EDGE_PUNCT) for t in text.lower().split()) if w]
 
 
-def count_listed_words(words: list[str], listed: frozenset[str], max_phrase: int) -> int:
-    """How many of `words` are covered by a listed word or phrase (a phrase covers all its words, counted once)."""
+@dataclass(frozen=True)
+class Lexicon:
+    """Listed words and phrases; `starts` are the first words of phrases, the only places a phrase is looked for."""
+    entries: frozenset[str]
+    starts: frozenset[str]
+    max_phrase: int
+
+    @classmethod
+    def of(cls, entries: frozenset[str]) -> "Lexicon":
+        phrases = [e.split(" ") for e in entries if " " in e]
+        return cls(entries, frozenset(p[0] for p in phrases), max((len(p) for p in phrases), default=1))
+
+
+@functools.lru_cache(maxsize=None)
+def lexicon(language: str) -> Lexicon:
+    """`language`'s list together with the English one (English profanity turns up on pages in every language)."""
+    return Lexicon.of(word_list(language) | word_list("en"))
+
+
+def count_listed_words(words: list[str], listed: Lexicon) -> int:
+    """How many of `words` are covered by a listed word or phrase (the longest match wins, each word counted once)."""
     covered = 0
     i = 0
     while i < len(words):
-        for n in range(min(max_phrase, len(words) - i), 0, -1):
-            if " ".join(words[i:i + n]) in listed:
-                covered += n
-                i += n
-                break
-        else:
-            i += 1
+        n = 0
+        if words[i] in listed.starts:
+            n = next((k for k in range(min(listed.max_phrase, len(words) - i), 1, -1)
+                      if " ".join(words[i:i + k]) in listed.entries), 0)
+        if not n and words[i] in listed.entries:
+            n = 1
+        covered += n
+        i += max(n, 1)
     return covered
 
 
@@ -85,21 +106,13 @@ def toxic_words(text: str, language: str) -> tuple[int, float]:
         pattern = _substring_pattern(language)
         chars = sum(1 for c in text if not c.isspace())
         hits = pattern.findall(text.lower()) if pattern else []
-        english = _words(text)
-        en_hits = count_listed_words(english, word_list("en"), _max_phrase("en"))
-        matched_chars = sum(len(h) for h in hits)
-        return len(hits) + en_hits, (matched_chars / chars if chars else 0.0)
+        en_hits = count_listed_words(_words(text), lexicon("en"))
+        return len(hits) + en_hits, (sum(map(len, hits)) / chars if chars else 0.0)
     words = _words(text)
     if not words:
         return 0, 0.0
-    listed = word_list(language) | word_list("en")
-    covered = count_listed_words(words, listed, max(_max_phrase(language), _max_phrase("en")))
+    covered = count_listed_words(words, lexicon(language))
     return covered, covered / len(words)
-
-
-@functools.lru_cache(maxsize=None)
-def _max_phrase(language: str) -> int:
-    return max((w.count(" ") + 1 for w in word_list(language)), default=1)
 
 
 class ToxicityScorer:

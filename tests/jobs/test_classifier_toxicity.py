@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from jobs.quality.classifiers import ToxicityScorer, count_listed_words, toxic_words, word_list
+from jobs.quality.classifiers import Lexicon, ToxicityScorer, count_listed_words, toxic_words, word_list
 from jobs.quality.scorers import make_scorer
 
 
@@ -20,7 +20,7 @@ def test_ratio_counts_words_and_phrases_once():
     assert toxic_words("The otter swims near the old bridge.", "en") == (0, 0.0)
     # "shit" (a word) and "2 girls 1 cup" (a phrase of 4 words) cover 5 of 9 words; punctuation is stripped
     assert toxic_words("Well, shit! that 2 girls 1 cup video again", "en") == (5, 5 / 9)
-    assert count_listed_words("a b c d".split(), frozenset({"b c", "b"}), 2) == 2      # the longest match wins
+    assert count_listed_words("a b c d b".split(), Lexicon.of(frozenset({"b c", "b"}))) == 3   # the longest match wins
     assert toxic_words("", "en") == (0, 0.0) and toxic_words("  \n ", "de") == (0, 0.0)
 
 
