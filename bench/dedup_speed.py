@@ -1,7 +1,7 @@
 """Benchmark: dedup speed, as ratios measured in one run on the same documents.
 
     .venv/bin/python bench/dedup_speed.py signatures [--docs N]
-    .venv/bin/python bench/dedup_speed.py stage [--sizes 10000,100000] [--masters local[2],local-cluster[2,1,1024]]
+    .venv/bin/python bench/dedup_speed.py stage [--sizes 10000,100000] [--masters 'local[2];local-cluster[2,1,1024]'] [--skew]
 
 `signatures`: real documents (WCXB's labelled main texts, ../shared/data/extraction/wcxb_dev; generated
 texts of a Zipf vocabulary when that is absent), 128 permutations, word 5-grams, one core, best of 3, in
@@ -14,9 +14,13 @@ and each signature's Jaccard-estimate error against the exact Jaccard on pairs o
 copy.  Goals: pipeline ratio weblm/datasketch >= 20, signing ratio weblm/rensa >= 1.
 `stage`: the whole dedup job (`python -m jobs.dedup.job --full`) on generated documents (sentences of the
 real texts recombined, 10% near-duplicates), per size and Spark master: seconds and documents/s, so the
-growth with size can be read.  The job runs with conf/jobs.yaml's Spark settings plus $WEBLM_CONF_OVERLAY:
-from 100 K documents the local driver needs more than Spark's default 1 GB heap, e.g. an overlay with
-`jobs: {spark: {shuffle_partitions: 16, conf: {spark.driver.memory: 6g}}}`.  Skips (exit 0) when ../shared/data is absent.
+growth with size can be read; `--skew`: near-identical documents instead (one template, one unique word
+each), so every band holds one bucket of all of them: the giant-bucket case, with the largest bucket, the
+time and the largest process's peak RSS.  The job runs with conf/jobs.yaml's Spark settings plus
+$WEBLM_CONF_OVERLAY: from 100 K documents the local driver needs more than Spark's default 1 GB heap, e.g.
+an overlay with `jobs: {spark: {shuffle_partitions: 16, conf: {spark.driver.memory: 4g}}}`.
+    .venv/bin/python bench/dedup_speed.py stage --sizes 10000,100000 --masters 'local[2];local-cluster[2,1,1024]'
+    .venv/bin/python bench/dedup_speed.py stage --sizes 100000 --skew
 """
 from __future__ import annotations
 
@@ -217,23 +221,54 @@ def generated_silver(path: Path, n: int, seed: int = 5) -> None:
     write_deltalake(str(path), table, mode="overwrite")
 
 
-def stage_bench(sizes: list[int], masters: list[str]) -> list[dict]:
+def skewed_silver(path: Path, n: int, seed: int = 9) -> None:
+    """n near-identical documents: one 300-word template with one word replaced by a unique token, so
+    every pair is at Jaccard ~0.97 and every band puts all n in one bucket (the giant-bucket case)."""
+    import pyarrow as pa
+    from deltalake import write_deltalake
+
+    rng = random.Random(seed)
+    words = " ".join(bench_texts()[1][0].split()[:300]).split(" ")
+    texts = []
+    for i in range(n):
+        doc = list(words)
+        doc[rng.randrange(len(doc))] = f"token{i}x"
+        texts.append(" ".join(doc))
+    none = pa.nulls(n, pa.string())
+    table = pa.table({"doc_id": [f"s{i:08d}" for i in range(n)], "url": [f"http://skew.test/{i}" for i in range(n)],
+                      "host": none, "fetch_time": pa.array([1735689600_000000 + i for i in range(n)], pa.timestamp("us", tz="UTC")),
+                      "title": none, "text": texts, "language": none, "n_chars": pa.array([len(t) for t in texts], pa.int32()),
+                      "warc_file": none, "warc_offset": pa.nulls(n, pa.int64()), "content_sha256": none})
+    write_deltalake(str(path), table, mode="overwrite")
+
+
+def stage_bench(sizes: list[int], masters: list[str], skew: bool = False) -> list[dict]:
+    import resource
+
     rows = []
     for n in sizes:
         with tempfile.TemporaryDirectory(prefix="weblm-dedup-bench-") as tmp:
             lake = Path(tmp) / "lake"
-            generated_silver(lake / "silver" / "documents", n)
+            (skewed_silver if skew else generated_silver)(lake / "silver" / "documents", n)
             for master in masters:
                 env = dict(os.environ, PYTHONPATH=str(ROOT), SPARK_LOCAL_IP="127.0.0.1")
-                start = time.monotonic()
-                proc = subprocess.run([sys.executable, "-m", "jobs.dedup.job", "--lake", str(lake), "--full", "--master", master],
+                start, cpu = time.monotonic(), resource.getrusage(resource.RUSAGE_CHILDREN)
+                proc = subprocess.run([sys.executable, "-m", "jobs.dedup.job", "--lake", str(lake), "--full", "--master", master,
+                                       "-o", "dedup.input_table=silver.documents"],
                                       cwd=ROOT, env=env, capture_output=True, text=True)
                 wall = time.monotonic() - start
+                usage = resource.getrusage(resource.RUSAGE_CHILDREN)
                 if proc.returncode:
                     raise SystemExit(f"dedup job failed on {master} at {n} documents:\n{proc.stderr[-3000:]}")
                 metrics = json.loads((lake / "_metrics" / "dedup.json").read_text())
-                row = {"documents": n, "master": master, "job_s": round(metrics["seconds"], 1), "wall_s": round(wall, 1),
-                       "docs_per_s": round(n / metrics["seconds"]), "dropped": metrics["skipped"]}
+                extra = metrics.get("extra", metrics)
+                row = {"documents": n, "corpus": "skewed" if skew else "generated", "master": master,
+                       "job_s": round(metrics["seconds"], 1), "wall_s": round(wall, 1),
+                       "docs_per_s": round(n / metrics["seconds"]),
+                       "driver_cpu_s": round(usage.ru_utime + usage.ru_stime - cpu.ru_utime - cpu.ru_stime, 1),
+                       "max_rss_mib_any_process": round(usage.ru_maxrss / 1024),
+                       "largest_bucket": extra.get("largest_bucket"), "giant_buckets": extra.get("giant_buckets"),
+                       "dropped": metrics["skipped"]}
                 print(json.dumps(row), flush=True)
                 rows.append(row)
     return rows
@@ -244,12 +279,13 @@ def main(argv=None) -> int:
     parser.add_argument("what", choices=("signatures", "stage"))
     parser.add_argument("--docs", type=int, help="signatures: at most this many documents (default: all)")
     parser.add_argument("--sizes", default="10000,100000")
-    parser.add_argument("--masters", default="local[2]")
+    parser.add_argument("--masters", default="local[2]", help="';'-separated, e.g. 'local[2];local-cluster[2,1,1024]'")
+    parser.add_argument("--skew", action="store_true", help="stage: near-identical documents (one giant bucket per band)")
     args = parser.parse_args(argv)
     if args.what == "signatures":
         print(json.dumps(signatures_bench(args.docs), indent=2))
     else:
-        stage_bench([int(x) for x in args.sizes.split(",")], args.masters.split(";"))
+        stage_bench([int(x) for x in args.sizes.split(",")], args.masters.split(";"), args.skew)
     return 0
 
 
