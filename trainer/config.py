@@ -109,6 +109,11 @@ class EvaluationConfig:
 
 
 @dataclass(frozen=True)
+class LineageConfig:
+    detail: str
+
+
+@dataclass(frozen=True)
 class LimitsConfig:
     memory_fraction: float
 
@@ -129,6 +134,7 @@ class TrainerConfig:
     stability: StabilityConfig
     limits: LimitsConfig
     evaluation: EvaluationConfig
+    lineage: LineageConfig
 
     def __post_init__(self) -> None:
         m, b, s = self.model, self.batch, self.schedule
@@ -185,6 +191,8 @@ class TrainerConfig:
                 raise ConfigError(f"schedule.{name} must be >= 1, got {getattr(s, name)}")
         if self.remote.download_attempts < 1:
             raise ConfigError(f"remote.download_attempts must be >= 1, got {self.remote.download_attempts}")
+        if self.lineage.detail not in ("digest", "full"):
+            raise ConfigError(f"lineage.detail must be digest or full, got {self.lineage.detail!r}")
         ev = self.evaluation
         if ev.interval < 0 or ev.max_examples < 0 or ev.batch_size < 1:
             raise ConfigError("evaluation.interval and evaluation.max_examples must be >= 0 and evaluation.batch_size "

@@ -1,16 +1,30 @@
-"""`lineage/batches.jsonl` (SEAMS §5): one line per step, the samples and the doc_ids they drew tokens from.
+"""`lineage/batches.jsonl` (SEAMS §5): one line per training step.
+
+A step's global batch is a pure function of (seed, step, shards, the batches a rollback left out)
+(trainer/data.py), so the line need not list it: with `lineage.detail: digest` (the default) it holds the
+step, the global batch it drew and the sha256 of that batch's lineage records, and `trainer.provenance`
+recomputes the samples and documents on demand and checks them against the digest.  `full` also writes
+the records (samples, sequences, doc_ids): 100x larger, readable without the shards.
 
 Written as the run goes (flushed per step), so a killed run keeps the lineage of the steps it
 took; a resume first drops the lines of steps the checkpoint does not include.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
 log = logging.getLogger(__name__)
+DETAILS = ("digest", "full")
+
+
+def batch_digest(samples: list[dict[str, Any]]) -> str:
+    """sha256 of a global batch's lineage records (trainer.data.lineage_record), in a canonical JSON form."""
+    canonical = json.dumps(samples, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode()).hexdigest()
 
 
 def parse_lines(lines: Iterable[str], where: str) -> Iterator[dict[str, Any]]:
@@ -29,7 +43,10 @@ def parse_lines(lines: Iterable[str], where: str) -> Iterator[dict[str, Any]]:
 
 
 class LineageWriter:
-    def __init__(self, path: Path, keep_before: int):
+    def __init__(self, path: Path, keep_before: int, detail: str = "digest"):
+        if detail not in DETAILS:
+            raise ValueError(f"lineage.detail must be one of {DETAILS}, got {detail!r}")
+        self.detail = detail
         path.parent.mkdir(parents=True, exist_ok=True)
         kept = []
         if keep_before > 0 and path.exists():
@@ -48,8 +65,11 @@ class LineageWriter:
         self._handle = open(path, "a")
 
     def write(self, step: int, samples: list[dict[str, Any]]) -> None:
-        doc_ids = sorted({d for s in samples for d in s["doc_ids"]})
-        self._handle.write(json.dumps({"step": step, "samples": samples, "doc_ids": doc_ids}) + "\n")
+        record = {"step": step, "batch": samples[0]["index"] // len(samples), "samples_in_batch": len(samples),
+                  "digest": batch_digest(samples)}
+        if self.detail == "full":
+            record |= {"samples": samples, "doc_ids": sorted({d for s in samples for d in s["doc_ids"]})}
+        self._handle.write(json.dumps(record) + "\n")
         self._handle.flush()
 
     def close(self) -> None:

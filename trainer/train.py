@@ -56,7 +56,8 @@ RESUMABLE_CHANGES = ("schedule.log_interval", "schedule.checkpoint_interval", "s
                      # resume at another tensor/data-parallel layout
                      "parallel.tp", "parallel.dp", "data.prefetch",
                      # downstream tasks only read the model
-                     "evaluation.tasks", "evaluation.interval", "evaluation.max_examples", "evaluation.batch_size")
+                     "evaluation.tasks", "evaluation.interval", "evaluation.max_examples", "evaluation.batch_size",
+                     "lineage.detail")
 
 
 def train(cfg: TrainerConfig, paths: Paths, manifest_path: str | Path | None = None, out: str | Path | None = None,
@@ -100,7 +101,8 @@ def _train(cfg: TrainerConfig, paths: Paths, manifest: Manifest, folder: RunFold
         if main:
             run = tracking.start_run(cfg, paths, manifest, model_info, progress.run_id)
             progress.run_id = run.info.run_id
-        lineage = (LineageWriter(folder.prepare_lineage(progress.step), keep_before=progress.step) if main
+        lineage = (LineageWriter(folder.prepare_lineage(progress.step), keep_before=progress.step,
+                                 detail=cfg.lineage.detail) if main
                    else NoLineage())
         val_batches = [to_device(b, backend.device) for b in eval_batches(cfg, datasets)]
         downstream = _downstream(cfg, manifest, backend.device)

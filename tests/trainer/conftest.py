@@ -15,7 +15,7 @@ from shardkit import build_shards  # noqa: E402
 from trainer.config import load_trainer_config  # noqa: E402
 
 # A model small enough for two shared CPU cores, a schedule short enough for a test.
-TINY = ["model.num_layers=2", "model.hidden_size=64", "model.num_attention_heads=4", "model.ffn_hidden_size=256",
+TINY = ["lineage.detail=full", "model.num_layers=2", "model.hidden_size=64", "model.num_attention_heads=4", "model.ffn_hidden_size=256",
         "model.seq_length=64", "batch.micro_batch_size=8", "batch.global_batch_size=16", "data.split=90,10,0",
         "optim.warmup_steps=4", "schedule.log_interval=10", "schedule.eval_interval=20", "schedule.eval_batches=1",
         "schedule.checkpoint_interval=20"]
