@@ -68,10 +68,14 @@ def train(positives: list[str], negatives: list[str], dest: str, settings: dict,
         train_file = Path(tmp) / "train.txt"
         train_file.write_text("\n".join(examples) + "\n", encoding="utf-8")
         t0 = time.monotonic()
-        model = fasttext.train_supervised(
-            input=str(train_file), lr=float(settings["lr"]), dim=int(settings["dim"]), epoch=int(settings["epoch"]),
-            wordNgrams=int(settings["word_ngrams"]), minCount=int(settings["min_count"]),
-            thread=int(settings["threads"]), seed=seed, verbose=0)
+        try:
+            model = fasttext.train_supervised(
+                input=str(train_file), lr=float(settings["lr"]), dim=int(settings["dim"]), epoch=int(settings["epoch"]),
+                wordNgrams=int(settings["word_ngrams"]), minCount=int(settings["min_count"]),
+                thread=int(settings["threads"]), seed=seed, verbose=0)
+        except RuntimeError as exc:   # fastText diverges ("Encountered NaN") on a few tiny examples at a high rate
+            raise ValueError(f"fastText training failed on {len(examples)} examples ({exc}): give more documents "
+                             "or lower quality.scorers.quality_classifier.train.lr") from exc
         train_seconds = time.monotonic() - t0
         held = pos_held + neg_held
         truth = [True] * len(pos_held) + [False] * len(neg_held)

@@ -143,3 +143,26 @@ def test_missing_lmplz_names_the_make_target(monkeypatch, tmp_path):
     monkeypatch.setattr(train_kenlm.sys, "executable", str(tmp_path / "python"))
     with pytest.raises(FileNotFoundError, match="make kenlm"):
         train_kenlm.find_tool("lmplz")
+
+
+def test_models_on_object_storage_are_published_and_read_through_the_cache(s3, tmp_path):
+    from jobs.quality import classifiers, train_classifier
+
+    rng = random.Random(11)
+    corpus = tmp_path / "ref.jsonl"
+    corpus.write_text("".join(json.dumps({"text": document(rng)}) + "\n" for _ in range(60)))
+    train_kenlm.train("en", str(corpus), f"{s3}/models/kenlm/en", SETTINGS)
+    paths = load_paths([f"var={tmp_path / 'var'}"])
+    scorer = ppl.PerplexityScorer()
+    scorer.load({"model_dir": f"{s3}/models/kenlm"}, paths)             # listed, copied to paths.cache_dir, loaded
+    assert list(scorer.models) == ["en"]
+    assert (tmp_path / "var" / "cache" / "kenlm").is_dir()
+    assert scorer.score([document(rng)], ["en"])["perplexity"][0] < scorer.score([gibberish(rng)], ["en"])["perplexity"][0]
+
+    texts = [document(rng) for _ in range(60)], [gibberish(rng) for _ in range(60)]
+    settings = {"max_docs": 100, "heldout_fraction": 0.2, "seed": 0, "lr": 0.1, "dim": 20, "epoch": 25,
+                "word_ngrams": 2, "min_count": 1, "threshold": 0.5, "threads": 1}
+    train_classifier.train(*texts, f"{s3}/models/quality_classifier", settings, {})
+    quality = classifiers.QualityClassifierScorer()
+    quality.load({"model_dir": f"{s3}/models/quality_classifier"}, paths)
+    assert quality.score([document(rng)], ["en"])["quality_prob"][0] > 0.5
