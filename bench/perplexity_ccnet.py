@@ -8,7 +8,9 @@ documents of ../shared/data/text/cc_text_samples (dolma's test data: CC-MAIN-202
 `metadata.perplexity`, all in CCNet's head bucket), and prints the Spearman rank correlation of our perplexities with
 CCNet's, line by line (cc_net DocLM) and the document as one line.  CCNet's English model was trained on 1M Wikipedia
 documents with a 65k SentencePiece vocabulary; ours on whatever --corpus holds, so the correlation says how well the
-ranking transfers, not that the numbers match.  Speed: documents/s of the whole scorer (normalize + SentencePiece +
+ranking transfers, not that the numbers match.  The head/middle/tail cut-offs come from the perplexities of real web
+pages (WCXB's labelled main text, ../shared/data/extraction/wcxb_dev), as CCNet's came from Common Crawl: the bucket
+counts say how many of CCNet's head documents our model also puts in the head.  Speed: documents/s of the whole scorer (normalize + SentencePiece +
 KenLM) against KenLM's query alone over the same documents already normalized and cut into pieces (the baseline,
 same process).  Skips (exit 0) when ../shared/data is absent.
 """
@@ -39,6 +41,18 @@ def ccnet_documents() -> list[dict]:
     return docs
 
 
+def crawl_corpus(folder: Path) -> str | None:
+    """WCXB's hand-labelled main text of real web pages as JSONL: the crawl whose percentiles set the buckets, as
+    CCNet set its cut-offs on Common Crawl (None when absent: held-out reference documents then)."""
+    pages = sorted((DATA.parent / "extraction" / "wcxb_dev" / "dev" / "ground-truth").glob("*.json"))
+    texts = [(json.loads(p.read_text()).get("ground_truth") or {}).get("main_content") or "" for p in pages]
+    if not any(texts):
+        return None
+    out = folder / "crawl.jsonl"
+    out.write_text("".join(json.dumps({"text": t}) + "\n" for t in texts if t.strip()))
+    return str(out)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--corpus", default=str(DATA / "wiki_text"))
@@ -65,7 +79,7 @@ def main() -> int:
             settings = {**section["train"], "per_line": section.get("per_line", True)}
             folder = str(Path(tmp) / "en")
             t0 = time.monotonic()
-            meta = train("en", args.corpus, folder, settings)
+            meta = train("en", args.corpus, folder, settings, cutoff_source=crawl_corpus(Path(tmp)))
             print(f"trained on {meta['documents']} documents, {meta['tokens']:,} pieces, vocabulary "
                   f"{meta['sp_vocab_size']:,} in {time.monotonic() - t0:.1f} s "
                   f"(SentencePiece {meta['seconds']['sentencepiece']} s, lmplz + build_binary "
