@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[2]
 def run_pipeline(var: Path, master: str) -> subprocess.CompletedProcess:
     args = [sys.executable, "-m", "jobs.pipeline", "--master", master, "-p", f"var={var}",
             "-o", "tokenize.vocab_size=400", "-o", "export.target_tokens_per_shard=400",
-            "-o", "quality.mode=flag"]  # the fixture pages repeat one sentence shape: flagged, not dropped
+            "-o", "quality.mode=flag", "-o", "dedup.paragraphs.mode=flag"]  # the fixture pages repeat one sentence shape: flagged, not dropped
     env = dict(os.environ, PYTHONPATH=str(ROOT), SPARK_LOCAL_IP="127.0.0.1")
     return subprocess.run(args, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
 
