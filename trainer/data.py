@@ -11,7 +11,7 @@ draws exactly the batches the killed one would have.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -24,7 +24,7 @@ from megatron.core.datasets.gpt_dataset import GPTDataset, GPTDatasetConfig
 from megatron.core.datasets.megatron_tokenizer import MegatronLegacyTokenizer
 
 from trainer.config import TrainerConfig
-from trainer.manifest import Manifest, ManifestError, read_doc_ids
+from trainer.manifest import Manifest, ManifestError, read_doc_ids, read_sources
 
 log = logging.getLogger(__name__)
 
@@ -82,6 +82,7 @@ class Batch:
     loss_mask: torch.Tensor        # [b, s] float
     position_ids: torch.Tensor     # [b, s]
     attention_mask: torch.Tensor | None   # [b, 1, s, s] bool, True = masked; None = plain causal
+    source_ids: torch.Tensor | None = None   # [b, s] index into Datasets.source_names of each label's document
 
 
 @dataclass
@@ -91,14 +92,17 @@ class Datasets:
     doc_ids: list[list[str]]       # per shard (= blended dataset id): doc_id of each sequence
     shard_names: list[str]
     seed: int
+    source_names: list[str] = field(default_factory=list)   # the mix sources, sorted
+    sources: list[list[int]] = field(default_factory=list)   # per shard: index into source_names of each sequence
 
     def shard_dataset(self, shard_id: int) -> GPTDataset:
         return self.train.datasets[shard_id] if isinstance(self.train, BlendedDataset) else self.train
 
-    def locate(self, epoch_sample: int) -> tuple[int, int]:
-        """(shard id, that shard's sample number) of one sample of the one-epoch training dataset."""
-        if isinstance(self.train, BlendedDataset):
-            return int(self.train.dataset_index[epoch_sample]), int(self.train.dataset_sample_index[epoch_sample])
+    def locate(self, epoch_sample: int, split: BlendedDataset | GPTDataset | None = None) -> tuple[int, int]:
+        """(shard id, that shard's sample number) of one sample of the one-epoch training dataset (or `split`)."""
+        split = self.train if split is None else split
+        if isinstance(split, BlendedDataset):
+            return int(split.dataset_index[epoch_sample]), int(split.dataset_sample_index[epoch_sample])
         return 0, epoch_sample
 
     def draw(self, index: int) -> tuple[int, int]:
@@ -140,9 +144,12 @@ def build_datasets(cfg: TrainerConfig, manifest: Manifest, cache_dir: Path) -> D
     if train is None or len(train) == 0:
         raise ManifestError(f"the shards hold no training sample of {cfg.model.seq_length} tokens "
                             f"({manifest.total_tokens} tokens in all); export more documents or lower model.seq_length")
+    per_shard = [read_sources(s) for s in manifest.shards] if evaluate else []
+    names = sorted({name for shard in per_shard for name in shard})
     return Datasets(train=train, valid=valid if evaluate else None,
                     doc_ids=[read_doc_ids(s) for s in manifest.shards],
-                    shard_names=[s.name for s in manifest.shards], seed=cfg.seed)
+                    shard_names=[s.name for s in manifest.shards], seed=cfg.seed, source_names=names,
+                    sources=[[names.index(n) for n in shard] for shard in per_shard])
 
 
 def _check_valid_split(cfg: TrainerConfig, manifest: Manifest, evaluate: bool) -> None:
@@ -196,7 +203,7 @@ def micro_batches(cfg: TrainerConfig, datasets: Datasets, step: int, dp_rank: in
     return [collate(samples[i:i + mb]) for i in range(0, len(samples), mb)], lineage
 
 
-def eval_batches(cfg: TrainerConfig, datasets: Datasets) -> list[Batch]:
+def eval_batches(cfg: TrainerConfig, datasets: Datasets, eod: int) -> list[Batch]:
     """The fixed validation micro-batches (the same every evaluation, so the curve compares like with like).
 
     A validation split smaller than eval_batches global batches is read round and round.
@@ -209,5 +216,22 @@ def eval_batches(cfg: TrainerConfig, datasets: Datasets) -> list[Batch]:
         return []
     mb = cfg.batch.micro_batch_size
     n = len(datasets.valid)
-    samples = [datasets.valid[i % n] for i in range(cfg.schedule.eval_batches * cfg.batch.global_batch_size)]
-    return [collate(samples[i:i + mb]) for i in range(0, len(samples), mb)]
+    picks = [i % n for i in range(cfg.schedule.eval_batches * cfg.batch.global_batch_size)]
+    samples = [datasets.valid[i] for i in picks]
+    batches = [collate(samples[i:i + mb]) for i in range(0, len(samples), mb)]
+    for start, batch in zip(range(0, len(samples), mb), batches):
+        batch.source_ids = torch.stack([_label_sources(datasets, picks[start + k], s["tokens"], eod)
+                                        for k, s in enumerate(samples[start:start + mb])])
+    return batches
+
+
+def _label_sources(datasets: Datasets, valid_sample: int, tokens: torch.Tensor, eod: int) -> torch.Tensor:
+    """Which source each label of a validation sample belongs to: the documents of the sample follow one
+    another, each ended by EOD, so a position's document is the number of EODs before it."""
+    shard_id, shard_sample = datasets.locate(valid_sample, datasets.valid)
+    split = datasets.valid.datasets[shard_id] if isinstance(datasets.valid, BlendedDataset) else datasets.valid
+    sequences = sample_documents(split, shard_sample)
+    before = torch.cumsum((tokens == eod).long(), 0) - (tokens == eod).long()
+    document = torch.clamp(before, max=len(sequences) - 1)
+    per_sequence = torch.tensor([datasets.sources[shard_id][i] for i in sequences])
+    return per_sequence[document]

@@ -16,7 +16,7 @@ from megatron.core.tensor_parallel import param_is_not_tensor_parallel_duplicate
 from trainer.backend import Backend
 from trainer.config import TrainerConfig
 from trainer.data import Batch
-from trainer.losses import masked_sums
+from trainer.losses import masked_sums, source_sums, token_losses
 from trainer.model import build_model
 from trainer.optim import build_optimizer, build_scheduler
 from trainer.shards import WholeModel, WholeOptimizer
@@ -104,15 +104,21 @@ class CpuEngine:
         return total
 
     @torch.no_grad()
-    def evaluate(self, batches: list[Batch]) -> float:
+    def evaluate(self, batches: list[Batch], n_sources: int = 0) -> tuple[float, torch.Tensor | None]:
+        """Validation cross entropy per token, and per source [n_sources, 2] (loss sum, tokens) when asked."""
         self.model.eval()
-        sums = [masked_sums(self.model, b)[1:] for b in batches]   # cross entropy only
+        total = torch.zeros(2 + 2 * n_sources, dtype=torch.float64)
+        for batch in batches:
+            ce, _ = token_losses(self.model, batch)
+            total[0] += (ce.double() * batch.loss_mask).sum()
+            total[1] += batch.loss_mask.sum()
+            if n_sources and batch.source_ids is not None:
+                total[2:] += source_sums(ce, batch.loss_mask, batch.source_ids, n_sources).reshape(-1)
         self.model.train()
-        total = torch.stack([sum(s for s, _ in sums), sum(n for _, n in sums)]).double()
         dp_group = parallel_state.get_data_parallel_group()
         if dist.get_world_size(dp_group) > 1:
             dist.all_reduce(total, group=dp_group)
-        return (total[0] / total[1]).item()
+        return (total[0] / total[1]).item(), total[2:].reshape(n_sources, 2) if n_sources else None
 
 
 def build_engine(cfg: TrainerConfig, backend: Backend, vocab_size: int):

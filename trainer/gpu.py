@@ -31,23 +31,26 @@ from trainer.backend import Backend
 from trainer.config import TrainerConfig
 from trainer.data import Batch
 from trainer.engine import Check, StepResult, accept_all
-from trainer.losses import token_losses
+from trainer.losses import source_sums, token_losses
 from trainer.model import build_model
 from trainer.optim import build_scheduler
 
 
-def _loss(batch: Batch, per_token: torch.Tensor):
+def _loss(batch: Batch, per_token: torch.Tensor, n_sources: int = 0):
     """megatron's three-value loss contract: (sum to backpropagate, tokens it covers, what to report).
     `per_token` is [2, b, s]: the cross entropy (reported) and the objective (backpropagated)."""
     ce, objective = per_token.float() * batch.loss_mask
     n = batch.loss_mask.sum()
-    return objective.sum(), n.to(torch.int), {"lm loss": torch.stack([ce.sum().detach(), n.detach()])}
+    report = {"lm loss": torch.stack([ce.sum().detach(), n.detach()])}
+    if n_sources and batch.source_ids is not None:
+        report["by source"] = source_sums(per_token[0], batch.loss_mask, batch.source_ids, n_sources)
+    return objective.sum(), n.to(torch.int), report
 
 
-def _forward_step(data_iterator, model, z_loss: float = 0.0):
+def _forward_step(data_iterator, model, z_loss: float = 0.0, n_sources: int = 0):
     batch: Batch = next(data_iterator)
     ce, objective = token_losses(model, batch, z_loss)
-    return torch.stack([ce, objective]), partial(_loss, batch)
+    return torch.stack([ce, objective]), partial(_loss, batch, n_sources=n_sources)
 
 
 def use_fused_adamw(optimizer) -> int:
@@ -144,14 +147,17 @@ class CudaEngine:
         return self.optimizer.param_groups[0]["lr"]
 
     def _run(self, batches: list[Batch], forward_only: bool) -> float:
-        reports = self.forward_backward(
-            forward_step_func=partial(_forward_step, z_loss=self.cfg.optim.z_loss), data_iterator=iter(batches),
-            model=self.model,
+        reports = self._reports(batches, forward_only)
+        total = torch.stack([r["lm loss"] for r in reports]).sum(0)
+        return (total[0] / total[1]).item()
+
+    def _reports(self, batches: list[Batch], forward_only: bool, n_sources: int = 0) -> list[dict]:
+        return self.forward_backward(
+            forward_step_func=partial(_forward_step, z_loss=self.cfg.optim.z_loss, n_sources=n_sources),
+            data_iterator=iter(batches), model=self.model,
             num_microbatches=len(batches), seq_length=self.cfg.model.seq_length,
             micro_batch_size=self.cfg.batch.micro_batch_size, decoder_seq_length=self.cfg.model.seq_length,
             forward_only=forward_only)
-        total = torch.stack([r["lm loss"] for r in reports]).sum(0)
-        return (total[0] / total[1]).item()
 
     def step(self, batches: list[Batch], check: Check = accept_all) -> StepResult:
         began = time.perf_counter()
@@ -180,9 +186,15 @@ class CudaEngine:
         return reason, grad_norm
 
     @torch.no_grad()
-    def evaluate(self, batches: list[Batch]) -> float:
+    def evaluate(self, batches: list[Batch], n_sources: int = 0) -> tuple[float, torch.Tensor | None]:
+        """Validation cross entropy per token, and per source [n_sources, 2] (loss sum, tokens) when asked
+        (on this rank's share of the validation batches)."""
         self.model.eval()
         try:
-            return self._run(batches, forward_only=True)
+            reports = self._reports(batches, forward_only=True, n_sources=n_sources)
         finally:
             self.model.train()
+        total = torch.stack([r["lm loss"] for r in reports]).sum(0)
+        by_source = (torch.stack([r["by source"] for r in reports]).sum(0).cpu()
+                     if n_sources and reports and "by source" in reports[0] else None)
+        return (total[0] / total[1]).item(), by_source

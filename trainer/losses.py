@@ -32,3 +32,13 @@ def masked_sums(model: torch.nn.Module, batch: Batch, z_loss: float = 0.0
     ce, objective = token_losses(model, batch, z_loss)
     mask = batch.loss_mask
     return (objective.float() * mask).sum(), (ce.float() * mask).sum().detach(), mask.sum()
+
+
+def source_sums(ce: torch.Tensor, mask: torch.Tensor, source_ids: torch.Tensor, n_sources: int) -> torch.Tensor:
+    """[n_sources, 2]: per source, the masked cross entropy summed and the tokens it covers (fp64)."""
+    ids = source_ids.reshape(-1).to(ce.device)
+    weights = mask.reshape(-1).double()
+    loss = torch.zeros(n_sources, dtype=torch.float64, device=ce.device).index_add_(
+        0, ids, ce.detach().reshape(-1).double() * weights)
+    tokens = torch.zeros(n_sources, dtype=torch.float64, device=ce.device).index_add_(0, ids, weights)
+    return torch.stack([loss, tokens], dim=1)

@@ -141,3 +141,9 @@ def read_doc_ids(shard: Shard) -> list[str]:
         raise ManifestError(f"{shard.docs_path}: {len(doc_ids)} lines but the manifest says "
                             f"{shard.documents} documents for {shard.name}")
     return doc_ids
+
+
+def read_sources(shard: Shard) -> list[str]:
+    """The mix source of each sequence in the shard (the docs.jsonl sidecar's `source`; "unknown" when absent)."""
+    with open(shard.docs_path) as handle:
+        return [json.loads(line).get("source") or "unknown" for line in handle]

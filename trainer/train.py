@@ -104,7 +104,7 @@ def _train(cfg: TrainerConfig, paths: Paths, manifest: Manifest, folder: RunFold
         lineage = (LineageWriter(folder.prepare_lineage(progress.step), keep_before=progress.step,
                                  detail=cfg.lineage.detail) if main
                    else NoLineage())
-        val_batches = [to_device(b, backend.device) for b in eval_batches(cfg, datasets)]
+        val_batches = [to_device(b, backend.device) for b in eval_batches(cfg, datasets, manifest.eod_id)]
         downstream = _downstream(cfg, manifest, backend.device)
         meter = Meter(cfg.schedule.steps, progress.step)
         tokens_per_step = cfg.batch.global_batch_size * cfg.model.seq_length
@@ -119,7 +119,7 @@ def _train(cfg: TrainerConfig, paths: Paths, manifest: Manifest, folder: RunFold
 
         try:
             stopped, checkpoint = _loop(cfg, manifest, folder, engine, loader_from, lineage,
-                                        Evaluations(val_batches, downstream), meter, progress, state, checkpoint,
+                                        Evaluations(val_batches, datasets.source_names, downstream), meter, progress, state, checkpoint,
                                         stop_after)
         except BaseException as exc:
             # The lineage keeps every finished step; MLflow says the run did not finish (KILLED on Ctrl-C/SIGTERM).
@@ -148,8 +148,10 @@ def _train(cfg: TrainerConfig, paths: Paths, manifest: Manifest, folder: RunFold
 
 @dataclass(frozen=True)
 class Evaluations:
-    """What a step may evaluate: the fixed validation batches, and the downstream tasks (or None)."""
+    """What a step may evaluate: the fixed validation batches (their labels tagged with the mix sources), and
+    the downstream tasks (or None)."""
     val_batches: list
+    sources: list[str]
     downstream: Downstream | None
 
 
@@ -212,8 +214,12 @@ def _steps(cfg: TrainerConfig, manifest: Manifest, folder: RunFolder, engine, lo
             return "rollback", saved
         final = step + 1 == cfg.schedule.steps
         if evaluations.val_batches and (step + 1) % cfg.schedule.eval_interval == 0:
-            metrics["val_loss"] = engine.evaluate(evaluations.val_batches)
+            metrics["val_loss"], by_source = engine.evaluate(evaluations.val_batches, len(evaluations.sources))
             metrics["val_perplexity"] = math.exp(min(metrics["val_loss"], 50.0))
+            for name, (loss_sum, tokens) in zip(evaluations.sources, [] if by_source is None else by_source.tolist()):
+                if tokens:
+                    metrics[f"val_loss.{name}"] = loss_sum / tokens
+                    metrics[f"val_perplexity.{name}"] = math.exp(min(loss_sum / tokens, 50.0))
         if evaluations.downstream and ((step + 1) % cfg.evaluation.interval == 0 or final):
             progress.downstream = evaluations.downstream.run(engine.gpt)
             metrics |= progress.downstream

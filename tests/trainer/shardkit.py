@@ -18,6 +18,7 @@ from trainer.manifest import canonical_sha256, file_sha256
 VOCAB = 256
 EOD = 2
 FIRST_TEXT_ID = 3
+SOURCES = ("web", "code")   # the mix source of each document, alternating
 
 
 def synthetic_document(rng: np.random.Generator, min_len: int = 20, max_len: int = 120) -> np.ndarray:
@@ -54,7 +55,7 @@ def build_shards(folder: Path, n_shards: int = 2, docs_per_shard: int = 60, seed
                 doc = np.append(body, EOD).astype(np.uint16)   # EOD appended, as the jobs do
                 builder.add_document(torch.from_numpy(doc.astype(np.int64)), [len(doc)])
                 docs.write(json.dumps({"i": i, "doc_id": doc_id_for(k, i), "url": f"http://s{k}.weblm.test/{i}",
-                                       "n_tokens": len(doc)}) + "\n")
+                                       "n_tokens": len(doc), "source": SOURCES[i % 2]}) + "\n")
                 tokens += len(doc)
         builder.finalize(str(folder / f"{prefix}.idx"))
         entries.append({"prefix": prefix, "documents": count, "tokens": tokens,

@@ -5,6 +5,7 @@ from pathlib import Path
 
 import mlflow
 import numpy as np
+import torch
 from megatron.core.datasets.indexed_dataset import IndexedDataset
 from mlflow.tracking import MlflowClient
 
@@ -86,3 +87,35 @@ def test_lineage_names_exactly_the_documents_in_each_sample(trained_run):
     sidecar = [json.loads(line) for line in shard.docs_path.read_text().splitlines()]
     assert record["doc_ids"] == [sidecar[i]["doc_id"] for i in record["sequences"]]
     assert set(record["doc_ids"]) <= set(lines[7]["doc_ids"])
+
+
+def test_validation_loss_per_source_of_the_mix(trained_run, tmp_path):
+    from shardkit import EOD, SOURCES
+    from trainer.data import eval_batches
+    from trainer.manifest import read_sources
+
+    client = MlflowClient(tracking_uri=trained_run["paths"].mlflow_tracking_uri)
+    run_id = trained_run["result"]["run_id"]
+    overall = {m.step: m.value for m in client.get_metric_history(run_id, "val_loss")}
+    per_source = {s: {m.step: m.value for m in client.get_metric_history(run_id, f"val_loss.{s}")} for s in SOURCES}
+    assert all(set(losses) == set(overall) for losses in per_source.values())
+    assert {m.key for m in client.get_metric_history(run_id, "val_perplexity.code")} == {"val_perplexity.code"}
+    # the labels of every validation sample carry the source of the document they belong to
+    cfg, manifest = trained_run["cfg"], load_manifest(trained_run["manifest"])
+    with open_backend(cfg):
+        datasets = build_datasets(cfg, manifest, tmp_path)
+        batches = eval_batches(cfg, datasets, manifest.eod_id)
+        tokens = {s: 0.0 for s in SOURCES}
+        for batch in batches:
+            for name in SOURCES:
+                tokens[name] += (batch.loss_mask * (batch.source_ids == datasets.source_names.index(name))).sum()
+            for row, ids in zip(batch.tokens, batch.source_ids):   # a source changes only right after an EOD
+                changes = torch.nonzero(ids[1:] != ids[:-1]).flatten()
+                assert all(row[i] == EOD for i in changes)
+    assert datasets.source_names == sorted(SOURCES) and all(tokens[s] > 0 for s in SOURCES)
+    sources = {s for shard in manifest.shards for s in read_sources(shard)}
+    assert sources == set(SOURCES)
+    # the overall loss is the token-weighted mean of the per-source losses (same batches, same checkpoint)
+    step = max(overall)
+    weighted = sum(per_source[s][step] * float(tokens[s]) for s in SOURCES) / sum(float(t) for t in tokens.values())
+    assert abs(weighted - overall[step]) < 1e-4 * overall[step]
