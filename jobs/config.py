@@ -222,6 +222,16 @@ class DedupSettings:
 
 
 @dataclass(frozen=True)
+class ReportSettings:
+    out: str
+    top_hosts: int
+    top_languages: int
+    histogram_bins: int
+    histogram_max_rows: int
+    target_kept_share: list[float]
+
+
+@dataclass(frozen=True)
 class JobsConfig:
     spark: SparkSettings
     metrics_dir: str
@@ -232,6 +242,7 @@ class JobsConfig:
     tokenize: TokenizeSettings
     export: ExportSettings
     dedup: DedupSettings
+    report: ReportSettings
 
 
 def load_jobs_config(overrides: Iterable[str] = ()) -> JobsConfig:
