@@ -140,16 +140,22 @@ def _scan(data, offsets, table, expansion_offsets, expansions, keep_text, max_wo
                 if b0 < 0x80:
                     cp = b0
                     i += 1
-                elif b0 < 0xE0:
-                    cp = ((b0 & 0x1F) << 6) | (np.int64(data[i + 1]) & 0x3F)
-                    i += 2
-                elif b0 < 0xF0:
-                    cp = ((b0 & 0x0F) << 12) | ((np.int64(data[i + 1]) & 0x3F) << 6) | (np.int64(data[i + 2]) & 0x3F)
-                    i += 3
-                else:
-                    cp = (((b0 & 0x07) << 18) | ((np.int64(data[i + 1]) & 0x3F) << 12)
-                          | ((np.int64(data[i + 2]) & 0x3F) << 6) | (np.int64(data[i + 3]) & 0x3F))
-                    i += 4
+                else:  # a multi-byte character; anything invalid (a cut character, stray bytes) is one
+                    # replacement character (a separator) per bad byte, and nothing outside the text is read
+                    size = 2 if 0xC2 <= b0 < 0xE0 else 3 if 0xE0 <= b0 < 0xF0 else 4 if 0xF0 <= b0 < 0xF5 else 0
+                    cp = b0 & (0x1F if size == 2 else 0x0F if size == 3 else 0x07)
+                    ok = size > 0 and i + size <= end
+                    for e in range(1, size if ok else 0):
+                        nxt = np.int64(data[i + e])
+                        if (nxt & 0xC0) != 0x80:
+                            ok = False
+                            break
+                        cp = (cp << 6) | (nxt & 0x3F)
+                    if ok and cp <= 0x10FFFF:
+                        i += size
+                    else:
+                        cp = 0xFFFD
+                        i += 1
                 v = np.int64(table[cp])
                 if v == -2:  # a combining mark: dropped
                     continue

@@ -226,3 +226,14 @@ def test_the_signature_scheme_is_part_of_the_settings_hash(monkeypatch):
     assert signature_settings_sha(load_jobs_config().dedup) == before
     monkeypatch.setattr(minhash, "SCHEME", minhash.SCHEME + "-changed")
     assert signature_settings_sha(cfg) != before
+
+
+def test_invalid_utf8_is_cut_at_its_text_and_never_read_past():
+    """Spark strings can hold invalid UTF-8 (a cut multi-byte character, stray bytes): the scan reads no
+    byte outside a text and treats what it cannot decode as a separator."""
+    raw = [b"good words here \xe4\xb8", b"\xff\xfe next text \xf8\x88\x80\x80 tail", b"last \xc3"]
+    offsets = np.cumsum([0] + [len(r) for r in raw]).astype(np.int64)
+    texts = pa.LargeStringArray.from_buffers(len(raw), pa.py_buffer(offsets), pa.py_buffer(b"".join(raw) + bytes(64)))
+    words, word_offsets = words_of_batch(texts)
+    assert words.to_pylist() == ["good", "words", "here", "next", "text", "tail", "last"]
+    assert word_offsets.tolist() == [0, 3, 6, 7]
