@@ -129,7 +129,11 @@ class QualityJob(SparkJob):
         view = filtered_view(spark, cfg, self.table).persist(StorageLevel.MEMORY_AND_DISK)
         try:
             self.metrics.input_rows = view.count()
-            self.record_skips(view, "drop_reason", ["doc_id", "url", "language"])
+            if cfg.mode == "flag":  # nothing leaves silver.quality: reasons are counted as flags, not skips
+                self.metrics.extra["flagged"] = {r[0]: r[1] for r in view.where(F.col("drop_reason").isNotNull())
+                                                 .groupBy("drop_reason").count().collect()}
+            else:
+                self.record_skips(view, "drop_reason", ["doc_id", "url", "language"])
             kept = view if cfg.mode == "flag" else view.where(F.col("drop_reason").isNull())
             kept = kept.withColumnRenamed("content_sha256", "source_sha256")
             self.metrics.extra["languages"] = {r[0]: {"documents": r[1], "kept": r[2]} for r in view.groupBy("language").agg(

@@ -98,6 +98,19 @@ def test_silver_quality_holds_kept_documents_with_pii_redacted(spark, first):
     assert rows["en-good"]["text"] == DOCS["en-good"] and rows["en-good"]["drop_reason"] is None
 
 
+def test_routing_chooses_languages_and_the_rule_groups_each_language_gets(spark, first):
+    from jobs.config import load_jobs_config
+    from jobs.quality.job import filtered_view
+
+    lake, _ = first
+    cfg = load_jobs_config(["quality.routing.languages=[en]", "quality.routing.per_language.en.groups=[bad_input]"]).quality
+    reasons = {r["doc_id"]: r["drop_reason"] for r in
+               filtered_view(spark, cfg, lambda name: str(lake / name.replace(".", "/"))).collect()}
+    assert reasons["de-good"] == "language_not_allowed"
+    assert reasons["en-repeated"] is None and reasons["lorem"] is None   # English now gets the bad-input rules only
+    assert reasons["empty"] == "empty" and reasons["binary"] == "binary_content"
+
+
 def test_retuning_a_threshold_recomputes_no_signal_and_a_changed_text_is_scored_alone(spark, first):
     from delta.tables import DeltaTable
 
@@ -105,7 +118,7 @@ def test_retuning_a_threshold_recomputes_no_signal_and_a_changed_text_is_scored_
     signals_path = str(lake / "silver" / "signals")
     version = DeltaTable.forPath(spark, signals_path).history(1).first()["version"]
     loose = run(lake, "quality.routing.default.min_language_score=0.0", "quality.mode=flag")
-    assert loose.extra["signals_computed"] == 0
+    assert loose.extra["signals_computed"] == 0 and not loose.skipped and sum(loose.extra["flagged"].values()) == 7
     assert DeltaTable.forPath(spark, signals_path).history(1).first()["version"] == version
     flagged = {r["doc_id"]: r["drop_reason"] for r in read(spark, lake, "silver.quality").collect()}
     # flag mode: everything stays, with its reason; the gibberish, past the lowered language floor, fails the next rule
