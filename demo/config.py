@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterable
 
-from conf import load
+from conf import ConfigError, load
 
 
 @dataclass(frozen=True)
@@ -14,6 +14,13 @@ class DemoConfig:
     fresh: bool
     stage_timeout_s: int
     localweb_start_timeout_s: int
+    render_js: str
+    quality_models: bool
+    kenlm_vocab_size: int
+
+    def __post_init__(self) -> None:
+        if self.render_js not in ("auto", "always", "never"):
+            raise ConfigError(f"demo.render_js must be auto, always or never, got {self.render_js!r}")
 
 
 def load_demo_config(overrides: Iterable[str] = ()) -> DemoConfig:

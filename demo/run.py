@@ -70,13 +70,14 @@ def run_demo(cfg: DemoConfig, paths: Paths) -> dict:
         print(f"[demo] replay WARC {path} not found: the local web serves generated sites only")
 
     stages: list[StageRun] = []
-    web = start_local_web(replays, env, logs / "localweb.log", cfg.localweb_start_timeout_s)
+    render = render_js(cfg)
+    web = start_local_web(replays, env, logs / "localweb.log", cfg.localweb_start_timeout_s, js_hosts=render)
     try:
         seeds = paths.seeds
         storage.write_text(seeds, "\n".join(web["seeds"]) + "\n")
         print(f"[demo] local web at {web['proxy']} with {len(web['seeds'])} seeds -> {seeds}")
-        stages.append(run_stage("crawl", [sys.executable, "-m", "spider.crawl", "--seeds", seeds,
-                                          "-o", f"proxy={web['proxy']}"], env, logs, cfg))
+        crawl = [sys.executable, "-m", "spider.crawl", "--seeds", seeds, "-o", f"proxy={web['proxy']}"]
+        stages.append(run_stage("crawl", crawl + (["-o", "render.enabled=true"] if render else []), env, logs, cfg))
     finally:
         stop(web["process"])
 
@@ -86,8 +87,22 @@ def run_demo(cfg: DemoConfig, paths: Paths) -> dict:
     jars = sorted(Path(paths.spark_jars_dir).glob("*.jar")) if Path(paths.spark_jars_dir).is_dir() else []
     if jars:
         spark_submit += ["--jars", ",".join(map(str, jars))]
-    # the Spark stages as users schedule them: one resumable pipeline run (jobs/pipeline.py), one session
-    stages.append(run_stage("jobs", spark_submit + [str(ROOT / "jobs" / "pipeline.py")], env, logs, cfg))
+    # the Spark stages as users schedule them: a resumable pipeline run (jobs/pipeline.py), one session; with the
+    # quality models, in two runs around their training: the perplexity buckets' cut-offs come from the crawl's
+    # documents in the model's language (silver.quality knows the languages), the classifier's negatives are the
+    # crawl's documents; the second run scores again with the models (signal settings changed) and goes on
+    pipeline = spark_submit + [str(ROOT / "jobs" / "pipeline.py"), "-o", "quality.scorers.toxicity.enabled=true"]
+    if quality_models(cfg):
+        stages.append(run_stage("jobs.silver", pipeline + ["--only", "ingest", "--only", "extract", "--only", "quality"],
+                                env, logs, cfg))
+        stages.append(run_stage("models.kenlm", [
+            sys.executable, "-m", "jobs.quality.train_kenlm", "--cutoff-corpus", "table:silver.quality",
+            "-o", f"quality.scorers.perplexity.train.vocab_size={cfg.kenlm_vocab_size}"], env, logs, cfg))
+        stages.append(run_stage("models.quality_classifier", [sys.executable, "-m", "jobs.quality.train_classifier"],
+                                env, logs, cfg))
+        pipeline += ["--from", "quality", "-o", "quality.scorers.perplexity.enabled=true",
+                     "-o", "quality.scorers.quality_classifier.enabled=true"]
+    stages.append(run_stage("jobs", pipeline, env, logs, cfg))
     stages += pipeline_stage_times(paths)
     stages.append(run_stage("train", [sys.executable, "-m", "trainer.train"], env, logs, cfg))
     checkpoint = json.loads(storage.read_text(storage.join(paths.train_dir, "result.json")))["checkpoint"]
@@ -103,6 +118,34 @@ def run_demo(cfg: DemoConfig, paths: Paths) -> dict:
         storage.write_text(str(Path(paths.local) / "demo" / "summary.json"), text)
     summary["summary_path"] = out
     return summary
+
+
+def render_js(cfg: DemoConfig) -> bool:
+    """Whether the demo serves the JavaScript hosts and renders them (`demo.render_js`)."""
+    from spider.config import load_crawl_config
+
+    executable = load_crawl_config().render.executable
+    found = Path(executable).is_file() and os.access(executable, os.X_OK)
+    if cfg.render_js == "always" and not found:
+        raise StageFailed(f"demo.render_js is always but {executable} is not there: install Debian's chromium "
+                          "(`sudo make system-deps`) or set demo.render_js=auto")
+    if cfg.render_js == "auto" and not found:
+        print(f"[demo] {executable} not found: crawling plain HTML only (the JavaScript hosts need Chromium: "
+              "`sudo make system-deps`)")
+    return cfg.render_js != "never" and found
+
+
+def quality_models(cfg: DemoConfig) -> bool:
+    """Whether the demo trains and uses the perplexity and quality-classifier models (`demo.quality_models`)."""
+    if not cfg.quality_models:
+        return False
+    scorers = load_jobs_config().quality.scorers
+    corpora = [scorers["perplexity"]["train"]["corpus"], scorers["quality_classifier"]["train"]["positives"]]
+    missing = [c for c in corpora if not (ROOT / c).exists()]
+    if missing:
+        print(f"[demo] reference corpus {missing[0]} not found: the quality stage runs without the perplexity and "
+              "quality-classifier models (point quality.scorers.*.train at your own reference text)")
+    return not missing
 
 
 def pipeline_stage_times(paths: Paths) -> list[StageRun]:
@@ -141,8 +184,8 @@ def stage_env() -> dict[str, str]:
     return env
 
 
-def start_local_web(replays: list[str], env: dict, log: Path, timeout_s: int) -> dict:
-    cmd = [sys.executable, "-m", "localweb", "serve"]
+def start_local_web(replays: list[str], env: dict, log: Path, timeout_s: int, js_hosts: bool = False) -> dict:
+    cmd = [sys.executable, "-m", "localweb", "serve"] + (["-o", "js_hosts=true"] if js_hosts else [])
     for path in replays:
         cmd += ["--replay", path]
     errors = log.open("w")

@@ -22,7 +22,8 @@ def build_summary(paths: Paths, stage_seconds: dict[str, float], total_seconds: 
     return {
         "seconds": {"total": round(total_seconds, 1), **stage_seconds},
         "crawl": {k: crawl.get(k) for k in ("pages_fetched", "requests", "responses_by_status", "robots_denied",
-                                             "errors", "warc_files", "warc_records", "warc_bytes", "hosts")},
+                                             "errors", "warc_files", "warc_records", "warc_bytes", "hosts", "render")},
+        "models": _models(paths),
         "tables": {name: _table_summary(paths, name) for name in TABLES},
         "jobs": {job: _read_json(storage.join(paths.lake, "_metrics", f"{job}.json"))
                  for job in ("ingest", "extract", "quality", "dedup", "tokenize", "export")},
@@ -47,6 +48,20 @@ def build_summary(paths: Paths, stage_seconds: dict[str, float], total_seconds: 
     }
 
 
+def _models(paths: Paths) -> dict[str, Any]:
+    """What the quality models the demo trained say about themselves (their model.json), when it trained them."""
+    out = {}
+    kenlm = storage.join(paths.lake, "models", "kenlm")
+    for language_model in (storage.glob(kenlm, "model.json") if storage.exists(kenlm) else []):
+        meta = _read_json(language_model)
+        out[f"kenlm.{meta.get('language')}"] = {k: meta.get(k) for k in ("documents", "tokens", "cutoffs")}
+    classifier = _read_json(storage.join(paths.lake, "models", "quality_classifier", "model.json"))
+    if classifier:
+        out["quality_classifier"] = {k: classifier.get(k) for k in ("heldout", "train_docs_per_class", "positives",
+                                                                    "negatives") if k in classifier}
+    return out
+
+
 def render_summary(summary: dict[str, Any]) -> str:
     crawl, shards, train, tables = summary["crawl"], summary["shards"], summary["train"], summary["tables"]
     seconds = summary["seconds"]
@@ -56,6 +71,13 @@ def render_summary(summary: dict[str, Any]) -> str:
              f"          statuses {crawl['responses_by_status']}  errors {crawl['errors']}",
              f"WARC      {crawl['warc_files']} files, {crawl['warc_records']} records, "
              f"{_mb(crawl['warc_bytes'])}"]
+    render = crawl.get("render") or {}
+    if render.get("html_pages"):
+        lines.append(f"render    {render.get('renders', 0)} of {render['html_pages']} HTML pages sent to Chromium: "
+                     f"{render.get('ok', 0)} rendered (+{render.get('text_chars_gained', 0)} visible characters), "
+                     f"{render.get('renders', 0) - render.get('ok', 0)} failed with the plain HTML kept")
+    for name, model in (summary.get("models") or {}).items():
+        lines.append(f"model     {name}: {json.dumps(model, sort_keys=True)[:160]}")
     for name in TABLES:
         t = tables[name]
         lines.append(f"{name:<18}{t['rows']:>8} rows  (Delta version {t['version']})")

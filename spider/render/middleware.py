@@ -68,7 +68,7 @@ class RenderMiddleware:
         if not isinstance(response, HtmlResponse) or response.status != 200:
             return response
         try:
-            decoded = self.decoder.process_response(request, response, spider)
+            decoded = self.decoder.process_response(request, response)
         except Exception as exc:  # noqa: BLE001  (undecodable: the pass at 590 reports it; nothing to render)
             self.stats.inc_value("weblm/render/undecodable")
             logger.debug("not rendering %s: body not decodable (%s)", response.url, exc)

@@ -88,3 +88,28 @@ def test_mlflow_run_records_the_data_it_saw(demo_run):
     assert summary["shards"]["manifest_sha256"][:36] in digests
     assert run.data.params["manifest_sha256"] == summary["shards"]["manifest_sha256"]
 
+
+
+def test_javascript_pages_were_rendered_and_ingested_from_their_dom(demo_run):
+    var, summary, _, _ = demo_run
+    render = summary["crawl"]["render"]
+    assert render["renders"] > render["ok"] > 0, "the JS hosts need rendering; the trouble pages fail it"
+    assert render["renders"] < 0.2 * render["html_pages"], "only the pages that need it go to the browser"
+    assert render["text_chars_gained"] > 0 and render["recorded"] == render["ok"]
+    assert {"failed/timeout", "failed/endless"} <= set(render), "a hanging and an endless page are counted failures"
+    assert summary["jobs"]["ingest"]["pages_from_rendered_dom"] > 0
+
+
+def test_the_quality_models_were_trained_by_the_project_and_scored_documents(demo_run):
+    var, summary, _, _ = demo_run
+    from deltalake import DeltaTable
+
+    models = summary["models"]
+    assert models["kenlm.en"]["cutoffs"]["source"] == "table:silver.quality"
+    assert models["quality_classifier"]["heldout"]["positives"] > 0
+    signals = DeltaTable(str(var / "lake" / "silver" / "signals")).to_pandas()
+    english = signals[signals["language"] == "en"]
+    assert len(english) and english["perplexity"].notna().all()
+    assert set(english["perplexity_bucket"]) <= {"head", "middle", "tail"}
+    assert set(signals.loc[signals["language"] != "en", "perplexity_bucket"]) <= {"no_model", "empty"}
+    assert signals["quality_prob"].between(0, 1).all() and signals["toxic_words_ratio"].notna().all()

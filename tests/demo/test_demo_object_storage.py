@@ -25,7 +25,10 @@ def s3_demo(s3_server, tmp_path_factory):
     bucket = make_bucket(s3_server.endpoint, "weblm-demo")
     var = f"{bucket}/run"
     overlay = storage_overlay(local / "overlay.yaml", s3_server.endpoint,
-                              extra={"paths": {"var": var, "local": str(local)}})
+                              extra={"paths": {"var": var, "local": str(local)},
+                                     # the local demo test covers rendering and the quality models; here only
+                                     # the storage paths differ, so the run stays short
+                                     "demo": {"render_js": "never", "quality_models": False}})
     env = dict(os.environ, WEBLM_CONF_OVERLAY=f"{SMOKE},{overlay}", SPARK_LOCAL_IP="127.0.0.1")
     proc = subprocess.run([sys.executable, "-m", "demo"], cwd=ROOT, env=env, capture_output=True,
                           text=True, timeout=1800)
