@@ -103,6 +103,9 @@ class QualityJob(SparkJob):
             self.metrics.extra.update(signals_computed=0, signals_version=table_version(spark, path))
             return
         paths = self.paths
+        # load every enabled scorer here first: a missing model stops the job at once with the command that
+        # trains it, instead of failing each Spark task with the message buried in a worker traceback
+        signals.LoadedScorers(scorer_settings, paths).score([], [])
         scored = (todo.mapInArrow(lambda b: signals.arrow_batches(b, params, scorer_settings, paths, sha), schema)
                   .persist(StorageLevel.MEMORY_AND_DISK))
         try:
