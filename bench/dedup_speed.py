@@ -232,7 +232,7 @@ def skewed_silver(path: Path, n: int, seed: int = 9) -> None:
     texts = []
     for i in range(n):
         doc = list(words)
-        doc[rng.randrange(len(doc))] = f"token{i}x"
+        doc[rng.randrange(len(doc))] = "q" + "".join(chr(97 + (i // 26 ** k) % 26) for k in range(4))  # letters: digits fold to 0
         texts.append(" ".join(doc))
     none = pa.nulls(n, pa.string())
     table = pa.table({"doc_id": [f"s{i:08d}" for i in range(n)], "url": [f"http://skew.test/{i}" for i in range(n)],
