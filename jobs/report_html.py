@@ -194,11 +194,11 @@ def histogram_grid(report: dict) -> str:
         low, high = (h["edges"][0], h["edges"][-1]) if h["counts"] else (0.0, 1.0)
         if h["counts"]:
             ax.stairs(h["counts"], h["edges"], fill=True, color="#3a7ca5")
-        span = high - low
+        reach = 10 * max(high - low, abs(high) * 0.1)
         for t in h["thresholds"]:
             for bound, style in ((t["min"], "--"), (t["max"], ":")):
                 # a bound far off the data (gopher_long_doc's 100,000 words) would squash the bars: caption only
-                if bound is not None and low - span <= bound <= high + span:
+                if bound is not None and low - reach <= bound <= high + reach:
                     ax.axvline(bound, color="#c0392b", linestyle=style, linewidth=1.2)
         ax.set_title(column, fontsize=9)
         ax.tick_params(labelsize=7)
