@@ -140,7 +140,8 @@ class DedupJob(SparkJob):
             new_bands = lsh.band_rows(signed.join(reps.select("doc_id"), "doc_id", "left_semi")).persist()
             insert_new(spark, new_bands, paths["bands"], ("band", "doc_id"))
             all_bands = spark.read.format("delta").load(paths["bands"])
-            pairs, buckets = lsh.candidate_pairs(all_bands, new_bands, cfg.minhash.all_pairs_max_bucket)
+            pairs, buckets = lsh.candidate_pairs(all_bands, new_bands, cfg.minhash.all_pairs_max_bucket,
+                                                 priority=docs)
             old_pairs = _delta(spark, paths["pairs"])
             if old_pairs is not None:
                 pairs = pairs.join(old_pairs.select("a", "b"), ["a", "b"], "left_anti")

@@ -192,6 +192,24 @@ def test_a_bucket_of_many_identical_documents_takes_the_star_path(spark, corpus,
     assert docs["ident-0500"]["drop_reason"] == "near_duplicate" and docs["ident-0500"]["cluster_size"] == IDENTICAL
 
 
+def test_a_giant_bucket_of_near_duplicates_is_centred_on_its_survivor(spark, tmp_path):
+    """Near-duplicates (not identical) in buckets too big for all pairs: each star is centred on the document the
+    survivor rule keeps (here the newest fetch, the largest doc_id), so every other one has a verified pair with
+    it and is dropped; a star on the smallest doc_id would leave them without a kept partner, all kept."""
+    rng = random.Random(5)
+    base = prose(rng, 300).replace("\n", " ")
+    rows = [(f"var-{i:03d}", f"http://v{i}.test/", MAR if i == 59 else JAN, drop_words(base, 5 * i, 2), None)
+            for i in range(60)]
+    lake = tmp_path / "lake"
+    write_silver(spark, lake, rows)
+    metrics = run(lake, "dedup.minhash.all_pairs_max_bucket=10", "dedup.paragraphs.enabled=false")
+    assert metrics.extra["giant_buckets"] > 0 and metrics.extra["largest_bucket"] > 10
+    docs = {r["doc_id"]: r for r in table(spark, lake, "dedup.documents").collect()}
+    assert [k for k, d in docs.items() if d["keep"]] == ["var-059"]
+    assert all(d["drop_reason"] == "near_duplicate" and d["survivor_id"] == "var-059"
+               for k, d in docs.items() if k != "var-059")
+
+
 def test_incremental_runs_sign_only_new_documents(spark, tmp_path):
     rng = random.Random(5)
     old = [(f"old-{i}", f"http://old.test/{i}", JAN, prose(rng, 200), None) for i in range(8)]
