@@ -109,6 +109,8 @@ def run_demo(cfg: DemoConfig, paths: Paths) -> dict:
     seen = str(Path(paths.local) / "demo" / "documents_seen.jsonl")
     stages.append(run_stage("provenance", [sys.executable, "-m", "trainer.provenance", checkpoint, "--out", seen],
                             env, logs, cfg))
+    # the per-stage report (funnel, drop reasons, retention, signal histograms): <lake>/_report/report.html
+    stages.append(run_stage("report", spark_submit + [str(ROOT / "jobs" / "report.py")], env, logs, cfg))
 
     summary = build_summary(paths, {s.name: round(s.seconds, 1) for s in stages}, time.time() - started, seen)
     text = json.dumps(summary, indent=2, sort_keys=True) + "\n"

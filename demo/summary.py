@@ -24,6 +24,7 @@ def build_summary(paths: Paths, stage_seconds: dict[str, float], total_seconds: 
         "crawl": {k: crawl.get(k) for k in ("pages_fetched", "requests", "responses_by_status", "robots_denied",
                                              "errors", "warc_files", "warc_records", "warc_bytes", "hosts", "render")},
         "models": _models(paths),
+        "report": _report(paths),
         "tables": {name: _table_summary(paths, name) for name in TABLES},
         "jobs": {job: _read_json(storage.join(paths.lake, "_metrics", f"{job}.json"))
                  for job in ("ingest", "extract", "quality", "dedup", "tokenize", "export")},
@@ -62,6 +63,16 @@ def _models(paths: Paths) -> dict[str, Any]:
     return out
 
 
+def _report(paths: Paths) -> dict[str, Any]:
+    """Where the per-stage report is and what it says overall (jobs/report.py's JSON)."""
+    html = storage.join(paths.lake, "_report", "report.html")
+    report = _read_json(storage.join(paths.lake, "_report", "report.json"))
+    overall = report.get("overall") or {}
+    return {"html": html if report else None, "json": storage.join(paths.lake, "_report", "report.json"),
+            "kept_text_share": overall.get("kept_text_share"), "verdict": overall.get("verdict"),
+            "stages": {s["stage"]: (s.get("kept") or {}).get("documents") for s in report.get("stages", [])}}
+
+
 def render_summary(summary: dict[str, Any]) -> str:
     crawl, shards, train, tables = summary["crawl"], summary["shards"], summary["train"], summary["tables"]
     seconds = summary["seconds"]
@@ -93,6 +104,9 @@ def render_summary(summary: dict[str, Any]) -> str:
               f"          lineage    {train['lineage']}",
               f"          the checkpoint saw {summary['provenance']['documents_seen']} documents from "
               f"{len(summary['provenance']['hosts'])} hosts: {summary['provenance']['listing']}",
+              f"report    {(summary.get('report') or {}).get('html')} (kept text share "
+              f"{_f((summary.get('report') or {}).get('kept_text_share'))}, "
+              f"{(summary.get('report') or {}).get('verdict')})",
               f"MLflow    run {summary['mlflow']['run_id']} in {summary['mlflow']['tracking_uri']}",
               f"          UI: {summary['mlflow']['ui']}",
               "time      " + ", ".join(f"{k} {v:.0f} s" for k, v in seconds.items()),

@@ -113,3 +113,13 @@ def test_the_quality_models_were_trained_by_the_project_and_scored_documents(dem
     assert set(english["perplexity_bucket"]) <= {"head", "middle", "tail"}
     assert set(signals.loc[signals["language"] != "en", "perplexity_bucket"]) <= {"no_model", "empty"}
     assert signals["quality_prob"].between(0, 1).all() and signals["toxic_words_ratio"].notna().all()
+
+
+def test_the_per_stage_report_follows_the_tables(demo_run):
+    var, summary, _, _ = demo_run
+    report, tables = summary["report"], summary["tables"]
+    assert Path(report["html"]).is_file() and "<img" in Path(report["html"]).read_text()
+    kept = report["stages"]
+    assert kept["ingest"] == tables["bronze.pages"]["rows"] and kept["extract"] == tables["silver.documents"]["rows"]
+    assert kept["quality"] == tables["silver.quality"]["rows"] and kept["dedup"] == tables["silver.deduped"]["rows"]
+    assert 0 < report["kept_text_share"] < 1
