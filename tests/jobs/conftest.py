@@ -126,11 +126,26 @@ def spark():
     from jobs.config import load_jobs_config
 
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    # one session serves every job test of the run: the default 1 GiB driver heap ran out in CI ("not enough
+    # memory to build and broadcast the table") after the dedup and quality tests
+    os.environ.setdefault("PYSPARK_SUBMIT_ARGS", "--driver-memory 3g pyspark-shell")
     cfg = load_jobs_config(["spark.shuffle_partitions=2"])
     session, _ = build_session(cfg, load_paths(), "local[2]", "weblm-tests-jobs")
     session.sparkContext.setLogLevel("ERROR")
     yield session
     session.stop()
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _release_cached_tables():
+    """After each test module, drop what it left persisted in the shared session (jobs unpersist on success,
+    a failing test may not)."""
+    yield
+    from pyspark.sql import SparkSession
+
+    active = SparkSession.getActiveSession()
+    if active is not None:
+        active.catalog.clearCache()
 
 
 @dataclass
