@@ -170,9 +170,12 @@ def quality_stage(lake: Lake) -> dict:
                            .otherwise(F.col("drop_reason"))))
     reasons = measure_by(decided.where(F.col("reason").isNotNull()), "reason", chars="n_chars", text="text")
     pii_columns = [c for c in signals.columns if c.startswith("pii_")]
-    pii = {c.removeprefix("pii_"): int(v or 0) for c, v in
-           signals.agg(*[F.sum(c).alias(c) for c in pii_columns]).first().asDict().items()} if pii_columns else {}
-    with_pii = {c.removeprefix("pii_"): int(signals.where(F.col(c) > 0).count()) for c in pii_columns}
+    pii, with_pii = {}, {}
+    if pii_columns:  # one pass for both: the matches per type and the documents holding any
+        row = signals.agg(*[F.sum(c).alias(f"n_{c}") for c in pii_columns],
+                          *[F.count(F.when(F.col(c) > 0, 1)).alias(f"d_{c}") for c in pii_columns]).first()
+        pii = {c.removeprefix("pii_"): int(row[f"n_{c}"] or 0) for c in pii_columns}
+        with_pii = {c.removeprefix("pii_"): int(row[f"d_{c}"] or 0) for c in pii_columns}
     flagged = {}
     if cfg.mode == "flag":  # nothing leaves the table: the reasons are flags, not drops
         flagged, reasons = {k: v for k, v in reasons.items() if k != "not_scored"}, {
