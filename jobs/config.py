@@ -65,6 +65,17 @@ class QualitySignalSettings:
 
 
 @dataclass(frozen=True)
+class C4LineRemovalSettings:
+    enabled: bool
+    remove_citations: bool
+    filter_no_terminal_punct: bool
+    min_words_per_line: int
+    max_word_length: int
+    filter_javascript: bool
+    filter_policy: bool
+
+
+@dataclass(frozen=True)
 class LanguageRoute:
     min_language_score: float
     groups: list[str]
@@ -94,6 +105,7 @@ class QualitySettings:
     batch_rows: int
     mode: str
     signals: QualitySignalSettings
+    c4_line_removal: C4LineRemovalSettings
     quality_score: str
     routing: QualityRouting
     filters: list[FilterRule]

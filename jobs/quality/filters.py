@@ -42,7 +42,7 @@ def _fails(rule: FilterRule):
     return F.coalesce(bad, F.lit(False))   # a missing value fails no rule
 
 
-def _applies(group: str, cfg: QualitySettings):
+def applies(group: str, cfg: QualitySettings):
     """True where the document's language routes to `group`."""
     from pyspark.sql import functions as F
 
@@ -69,11 +69,11 @@ def drop_reason(cfg: QualitySettings):
 
     bad_input = [r for r in cfg.filters if r.group == "bad_input"]
     others = [r for r in cfg.filters if r.group != "bad_input"]
-    checks = [(_applies(r.group, cfg) & _fails(r), r.reason) for r in bad_input]
+    checks = [(applies(r.group, cfg) & _fails(r), r.reason) for r in bad_input]
     if cfg.routing.languages:
         checks.append((~F.col("language").isin(*cfg.routing.languages), "language_not_allowed"))
     checks.append((F.col("language_score") < min_language_score(cfg), "language_uncertain"))
-    checks += [(_applies(r.group, cfg) & _fails(r), r.reason) for r in others]
+    checks += [(applies(r.group, cfg) & _fails(r), r.reason) for r in others]
     reason = F.lit(None).cast("string")
     for condition, name in reversed(checks):
         reason = F.when(condition, F.lit(name)).otherwise(reason)

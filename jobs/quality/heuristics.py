@@ -130,20 +130,44 @@ def gopher_repetition(text: str, words: list[str]) -> dict:
     return out
 
 
+@dataclass(frozen=True)
+class LineRemoval:
+    """C4's line-level edit of the text written to silver.quality (`quality.c4_line_removal`); datatrove
+    C4QualityFilter's defaults.  It edits text only: no signal depends on it."""
+    enabled: bool = False
+    remove_citations: bool = True           # "[1]", "[edit]", "[citation needed]" cut out of kept lines
+    filter_no_terminal_punct: bool = True   # a line must end in . ? ! " ' (and not in "...")
+    min_words_per_line: int = 3             # -1: off
+    max_word_length: int = 1000             # a line with a longer word goes; -1: off
+    filter_javascript: bool = True          # a line mentioning "javascript" goes
+    filter_policy: bool = True              # a line with a cookie/terms-of-use phrase goes
+
+
+def _c4_line(line: str, max_word_length: int, no_terminal_punct: bool, min_words: int,
+             citations: bool = True) -> tuple[str | None, list[str]]:
+    """(the line as C4 keeps it, or None when a length/punctuation rule drops it; its words), in datatrove's order."""
+    line = line.strip()
+    words = line.split()
+    if max_word_length >= 0 and any(len(w) > max_word_length for w in words):
+        return None, words
+    if citations:
+        line = C4_CITATION.sub("", line)
+    if no_terminal_punct and (not line.endswith(C4_END_PUNCTUATION) or line.endswith("...")):
+        return None, words
+    if len(words) < min_words:
+        return None, words
+    return line, words
+
+
 def c4(text: str, params: SignalParams) -> dict:
     """C4's line rules as measurements: lines that survive, sentences in them, the two whole-document flags."""
     lines = text.splitlines()
     kept = sentences = 0
     lorem = curly = False
-    for line in lines:
-        line = line.strip()
-        words = line.split()
-        if params.c4_max_word_length >= 0 and any(len(w) > params.c4_max_word_length for w in words):
-            continue
-        line = C4_CITATION.sub("", line)
-        if params.c4_filter_no_terminal_punct and (not line.endswith(C4_END_PUNCTUATION) or line.endswith("...")):
-            continue
-        if len(words) < params.c4_min_words_per_line:
+    for raw in lines:
+        line, _ = _c4_line(raw, params.c4_max_word_length, params.c4_filter_no_terminal_punct,
+                           params.c4_min_words_per_line)
+        if line is None:
             continue
         lower = line.lower()
         lorem = lorem or "lorem ipsum" in lower
@@ -154,6 +178,27 @@ def c4(text: str, params: SignalParams) -> dict:
         kept += 1
     return {"c4_lines_kept_frac": _ratio(kept, len(lines)), "c4_sentences": sentences,
             "c4_lorem_ipsum": int(lorem), "c4_curly_bracket": int(curly)}
+
+
+def c4_remove_lines(text: str | None, rules: LineRemoval) -> tuple[str, int, int]:
+    """datatrove C4QualityFilter's text edit: `(kept lines joined by newlines, lines removed, characters removed)`.
+
+    Lorem ipsum and curly brackets drop the whole document in C4: they stay filters over the signals."""
+    text = text or ""
+    lines = text.splitlines()
+    kept = []
+    for raw in lines:
+        line, _ = _c4_line(raw, rules.max_word_length, rules.filter_no_terminal_punct, rules.min_words_per_line,
+                           rules.remove_citations)
+        if line is None:
+            continue
+        lower = line.lower()
+        if (rules.filter_javascript and "javascript" in lower) or (
+                rules.filter_policy and any(p in lower for p in C4_POLICY)):
+            continue
+        kept.append(line)
+    edited = "\n".join(kept).strip()
+    return edited, len(lines) - len(kept), len(text) - len(edited)
 
 
 def fineweb(text: str, words: list[str], params: SignalParams) -> dict:

@@ -11,8 +11,10 @@
    the thresholds of `quality.filters` and per-language routing; `drop_reason` is the first failing rule.
    Changing a threshold re-decides from stored signals: no signal is recomputed.
 3. `silver.quality`: the kept documents with PII replaced by typed placeholders, their language,
-   language_score and quality_score (what dedup's survivor rule prefers).  Redaction runs only on documents
-   not already in the table with the same source text.
+   language_score and quality_score (what dedup's survivor rule prefers).  With `quality.c4_line_removal.enabled`,
+   C4's line rules first cut lines out of the text of documents routed to the c4 group (`c4_lines_removed`,
+   `c4_chars_removed` per document; a document left with no line is dropped as `c4_no_lines_left`).  The edit
+   and redaction run only on documents not already in the table with the same source text and edit settings.
 Every drop is counted by reason in `<lake>/_metrics/quality.json`; nothing fails the job for bad input.
 """
 import os
@@ -35,7 +37,9 @@ DOCUMENT_COLUMNS = ("doc_id", "url", "host", "fetch_time", "title", "text", "war
                     "content_sha256")
 OUTPUT_COLUMNS = ("doc_id", "url", "host", "fetch_time", "title", "text", "language", "language_score",
                   "quality_score", "n_chars", "warc_file", "warc_offset", "content_sha256", "source_sha256",
-                  "drop_reason")
+                  "drop_reason", "c4_lines_removed", "c4_chars_removed", "edit_sha256")
+EDITED_SCHEMA = "doc_id string, text string, c4_lines_removed int, c4_chars_removed int"
+NO_EDIT = "none"             # edit_sha256 of a text the line removal did not touch (off, or not routed to c4)
 
 
 def _delta(spark, path: str):
@@ -46,6 +50,27 @@ def _delta(spark, path: str):
 
 def signal_params(cfg) -> heuristics.SignalParams:
     return heuristics.SignalParams(**asdict(cfg.signals))
+
+
+def line_removal(cfg) -> heuristics.LineRemoval:
+    return heuristics.LineRemoval(**asdict(cfg.c4_line_removal))
+
+
+def edit_batches(batches, rules: heuristics.LineRemoval):
+    """`mapInArrow` body: (doc_id, text, edit_sha256) in; C4's line removal where edit_sha256 is not NO_EDIT, then
+    PII redaction; out (doc_id, text, c4_lines_removed, c4_chars_removed)."""
+    import pyarrow as pa
+
+    for batch in batches:
+        texts, lines, chars = [], [], []
+        for text, edit in zip(batch.column("text").to_pylist(), batch.column("edit_sha256").to_pylist()):
+            removed = (text or "", 0, 0) if edit == NO_EDIT else heuristics.c4_remove_lines(text, rules)
+            texts.append(signals.pii.redact(removed[0])[0])
+            lines.append(removed[1])
+            chars.append(removed[2])
+        yield pa.RecordBatch.from_arrays([batch.column("doc_id"), pa.array(texts, pa.string()),
+                                          pa.array(lines, pa.int32()), pa.array(chars, pa.int32())],
+                                         names=["doc_id", "text", "c4_lines_removed", "c4_chars_removed"])
 
 
 def filtered_view(spark, cfg, table):
@@ -138,29 +163,54 @@ class QualityJob(SparkJob):
             else:
                 self.record_skips(view, "drop_reason", ["doc_id", "url", "language"])
             kept = view if cfg.mode == "flag" else view.where(F.col("drop_reason").isNull())
-            kept = kept.withColumnRenamed("content_sha256", "source_sha256")
+            rules = line_removal(cfg)
+            edit = settings_sha256(asdict(rules))[:16]
+            kept = (kept.withColumnRenamed("content_sha256", "source_sha256")
+                    .withColumn("edit_sha256", F.when(F.lit(rules.enabled) & filters.applies("c4", cfg), F.lit(edit))
+                                .otherwise(F.lit(NO_EDIT))))
             self.metrics.extra["languages"] = {r[0]: {"documents": r[1], "kept": r[2]} for r in view.groupBy("language").agg(
                 F.count(F.lit(1)), F.sum(F.when(F.col("drop_reason").isNull(), 1).otherwise(0))).collect()}
             path = self.table(cfg.tables.output)
-            existing = None if full else _delta(spark, path)
+            stored = _delta(spark, path)
+            # a table written by an older version of this job is rebuilt whole with today's columns
+            stale_schema = stored is not None and set(stored.columns) != set(OUTPUT_COLUMNS)
+            existing = None if full or stale_schema else stored
+            key = ["doc_id", "source_sha256", "edit_sha256"]
             if existing is None:
-                todo, reused = kept.select("doc_id", "text"), None
-            else:  # PII is redacted once per source text: rows already there with the same source are reused
-                have = existing.select("doc_id", "source_sha256", F.col("text").alias("redacted"))
-                todo = kept.join(have.select("doc_id", "source_sha256"), ["doc_id", "source_sha256"],
-                                 "left_anti").select("doc_id", "text")
-                reused = kept.select("doc_id", "source_sha256").join(have, ["doc_id", "source_sha256"]).select(
-                    "doc_id", F.col("redacted").alias("text"))
-            redacted = todo.mapInArrow(signals.redact_batches, "doc_id string, text string").persist(
+                todo, reused = kept.select("doc_id", "text", "edit_sha256"), None
+            else:  # the edit and PII redaction run once per source text and edit settings: such rows are reused
+                have = existing.select(*key, "text", "c4_lines_removed", "c4_chars_removed")
+                todo = kept.join(have.select(*key), key, "left_anti").select("doc_id", "text", "edit_sha256")
+                reused = kept.select(*key).join(have, key).select("doc_id", "text", "c4_lines_removed",
+                                                                  "c4_chars_removed")
+            edited = todo.mapInArrow(lambda b: edit_batches(b, rules), EDITED_SCHEMA).persist(
                 StorageLevel.MEMORY_AND_DISK)
-            self.metrics.extra["redacted"] = redacted.count()
-            texts = redacted if reused is None else redacted.unionByName(reused)
+            self.metrics.extra["redacted"] = edited.count()
+            texts = edited if reused is None else edited.unionByName(reused)
             out = (kept.drop("text").join(texts, "doc_id")
                    .withColumn("n_chars", F.length("text").cast("int"))
-                   .withColumn("content_sha256", F.sha2(F.col("text"), 256))
-                   .select(*OUTPUT_COLUMNS))
-            result = merge_table(spark, out, path, "doc_id", sync=True)
-            redacted.unpersist()
+                   .withColumn("content_sha256", F.sha2(F.col("text"), 256)))
+            if rules.enabled:
+                totals = out.agg(F.sum((F.col("c4_lines_removed") > 0).cast("int")), F.sum("c4_lines_removed"),
+                                 F.sum("c4_chars_removed")).first()
+                self.metrics.extra["c4_line_removal"] = {"documents_edited": int(totals[0] or 0),
+                                                         "lines_removed": int(totals[1] or 0),
+                                                         "chars_removed": int(totals[2] or 0)}
+                # C4 keeps no document without a line: a drop with its reason (flag mode: recorded, kept)
+                emptied = (F.col("n_chars") == 0) & F.col("drop_reason").isNull()
+                out = out.withColumn("drop_reason", F.when(emptied, F.lit("c4_no_lines_left"))
+                                     .otherwise(F.col("drop_reason")))
+                if cfg.mode != "flag":
+                    self.record_skips(out.where(F.col("drop_reason") == "c4_no_lines_left"), "drop_reason",
+                                      ["doc_id", "url", "language"])
+                    out = out.where(F.col("drop_reason").isNull())
+            out = out.select(*OUTPUT_COLUMNS)
+            if stale_schema:   # merge cannot add columns: the table is replaced in one commit
+                out.write.format("delta").mode("overwrite").option("overwriteSchema", "true").save(path)
+                result = {"version": table_version(spark, path), "inserted": 0, "updated": 0, "deleted": 0}
+            else:
+                result = merge_table(spark, out, path, "doc_id", sync=True)
+            edited.unpersist()
         finally:
             view.unpersist()
         table = spark.read.format("delta").load(path)

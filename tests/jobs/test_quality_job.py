@@ -131,3 +131,41 @@ def test_retuning_a_threshold_recomputes_no_signal_and_a_changed_text_is_scored_
     kept = {r["doc_id"] for r in read(spark, lake, "silver.quality").collect()}
     assert kept == {"en-good", "en-pii", "de-good", "en-short", "extra"}
     assert run(lake).extra["signals_computed"] == 0   # idempotent: nothing new, nothing scored
+
+
+def test_c4_line_removal_edits_the_kept_text_counts_it_and_recomputes_no_signal(spark, tmp_path):
+    from delta.tables import DeltaTable
+
+    from jobs.quality.heuristics import LineRemoval, c4_remove_lines
+
+    boiler = (prose("en", 7) + "\n\nPlease enable JavaScript to view the comments.\nShare this\n"
+              "We use cookies to improve the site, see our privacy policy.")
+    menus = "\n".join(["Browse the latest news from the city council", "Find opening hours of the public library",
+                       "See the bus timetable for the northern district", "Read the weekly market report online",
+                       "Contact the office of the mayor by letter", "Book a seat for the concert in the park"])
+    lake = tmp_path / "lake"
+    write_documents(spark, lake, {"boiler": boiler, "menus": menus, "de-good": DOCS["de-good"]})
+    # English gets the bad-input and C4 filters only, so the menu lines pass as a document (each line counts as a
+    # sentence when terminal punctuation is not required) and are then all cut by the line rules
+    routing = "quality.routing.per_language.en.groups=[bad_input,c4]"
+    edited = run(lake, routing, "quality.c4_line_removal.enabled=true")
+    assert edited.status == "ok" and edited.skipped == {"c4_no_lines_left": 1}
+    rows = {r["doc_id"]: r for r in read(spark, lake, "silver.quality").collect()}
+    assert set(rows) == {"boiler", "de-good"}
+    expected, lines, chars = c4_remove_lines(boiler, LineRemoval())
+    assert rows["boiler"]["text"] == expected and "JavaScript" not in expected and "Share this" not in expected
+    assert (rows["boiler"]["c4_lines_removed"], rows["boiler"]["c4_chars_removed"]) == (lines, chars) and lines >= 3
+    assert rows["boiler"]["n_chars"] == len(expected) and rows["boiler"]["source_sha256"] != rows["boiler"]["content_sha256"]
+    assert rows["de-good"]["c4_lines_removed"] == c4_remove_lines(DOCS["de-good"], LineRemoval())[1]   # German routes to c4
+    totals = edited.extra["c4_line_removal"]
+    assert totals["lines_removed"] == sum(r["c4_lines_removed"] for r in rows.values()) + 6   # + the emptied menus
+    assert totals["documents_edited"] == 3
+
+    signals_path = str(lake / "silver" / "signals")
+    version = DeltaTable.forPath(spark, signals_path).history(1).first()["version"]
+    off = run(lake, routing)   # turned off again: the extracted text comes back, no signal is recomputed
+    assert off.extra["signals_computed"] == 0 and off.extra["redacted"] == 3
+    assert DeltaTable.forPath(spark, signals_path).history(1).first()["version"] == version
+    rows = {r["doc_id"]: r for r in read(spark, lake, "silver.quality").collect()}
+    assert rows["boiler"]["text"] == boiler and rows["menus"]["text"] == menus
+    assert {r["c4_lines_removed"] for r in rows.values()} == {0} and "c4_line_removal" not in off.extra

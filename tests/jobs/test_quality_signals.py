@@ -65,6 +65,30 @@ def test_c4_counts_kept_lines_sentences_and_whole_document_flags():
     assert strict["c4_lines_kept_frac"] == 0.5
 
 
+def test_c4_line_removal_keeps_the_lines_datatrove_keeps_and_counts_the_rest():
+    from jobs.quality.heuristics import LineRemoval
+
+    text = ("Otters live along the river banks.[1]\n"
+            "Menu\n"
+            "Please enable JavaScript to see the comments.\n"
+            "We use cookies, see our privacy policy.\n"
+            "a line that never ends\n"
+            "Read more...\n"
+            "\n"
+            "The young learn to swim [citation needed] in their first summer!\n"
+            + "x" * 1001 + " is not a word.")
+    edited, lines, chars = heuristics.c4_remove_lines(text, LineRemoval())
+    assert edited == "Otters live along the river banks.\nThe young learn to swim  in their first summer!"
+    assert lines == 7 and chars == len(text) - len(edited)
+    # each rule can be turned off; without the punctuation and policy rules the short ("Menu", "Read more..."),
+    # javascript, blank and long-word lines go
+    loose, lines, _ = heuristics.c4_remove_lines(text, LineRemoval(filter_no_terminal_punct=False, filter_policy=False))
+    assert "a line that never ends" in loose and "We use cookies, see our privacy policy." in loose
+    assert "Menu" not in loose and "JavaScript" not in loose and lines == 5
+    assert heuristics.c4_remove_lines(None, LineRemoval()) == ("", 0, 0)
+    assert heuristics.c4_remove_lines("Menu\nHome", LineRemoval()) == ("", 2, 9)   # nothing left: the job drops it
+
+
 def test_fineweb_rules_measure_punctuation_short_lines_duplicates_and_lists():
     text = "Menu\nHome\nAbout us\nA long line of prose that ends with a period.\nMenu"
     s = heuristics.signals(text)
