@@ -11,6 +11,7 @@ import contextlib
 from typing import Iterator
 
 import torch
+import torch.distributed as dist
 from megatron.core.tensor_parallel import random as mcore_random
 
 
@@ -61,3 +62,45 @@ def cpu_rng_tracker(seed: int, tp_rank: int = 0) -> Iterator[CpuRNGStatesTracker
         yield seed_cpu_rng_tracker(seed, tp_rank)
     finally:
         mcore_random._CUDA_RNG_STATE_TRACKER, mcore_random._CUDA_RNG_STATE_TRACKER_INITIALIZED = before
+
+
+@contextlib.contextmanager
+def pipeline_stages_in_turn() -> Iterator[None]:
+    """Build the pipeline stages one after another, each starting from the RNG state the stage before it ended
+    in: with CPU initialisation the stages then draw exactly the initial weights one process draws for the
+    whole model (in the same order), so a pipelined run starts where the single-process run starts.
+
+    A stage hands its state on as soon as its weights exist: before megatron's tied-embedding setup, whose
+    all-reduce between the first and last stage would otherwise wait for a stage still waiting for it."""
+    from megatron.core import parallel_state
+    from trainer import mcore_patches
+
+    group = parallel_state.get_pipeline_model_parallel_group()
+    rank, size = dist.get_rank(group), dist.get_world_size(group)
+    tracker = mcore_random.get_cuda_rng_tracker()
+    handed_on = rank == size - 1
+
+    def hand_on() -> None:
+        nonlocal handed_on
+        if not handed_on:
+            state = {"torch": torch.get_rng_state(), "tracker": tracker.get_states()}
+            dist.send_object_list([state], dst=dist.get_global_rank(group, rank + 1), group=group)
+            handed_on = True
+
+    setup = mcore_patches.CPU_TIED_EMBEDDING.current()
+
+    def hand_on_then_setup(model) -> None:
+        hand_on()
+        return setup(model)
+
+    if rank > 0:
+        box: list = [None]
+        dist.recv_object_list(box, src=dist.get_global_rank(group, rank - 1), group=group)
+        torch.set_rng_state(box[0]["torch"])
+        tracker.set_states(box[0]["tracker"])
+    handoff = mcore_patches.Patch("rng_hand_on", mcore_patches.CPU_TIED_EMBEDDING.module,
+                                  mcore_patches.CPU_TIED_EMBEDDING.attribute, hand_on_then_setup,
+                                  "hand the RNG state on before the first/last-stage embedding all-reduce")
+    with mcore_patches.applied((handoff,)):
+        yield
+    hand_on()   # a middle stage has no embedding to set up

@@ -4,17 +4,24 @@ trainer/train.py and bench/gpu_mfu.py drive either the same way.
 """
 from __future__ import annotations
 
+import contextlib
 import time
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, Callable
 
 import torch
 import torch.distributed as dist
 from megatron.core import parallel_state
+from megatron.core.pipeline_parallel import get_forward_backward_func
 from megatron.core.tensor_parallel import param_is_not_tensor_parallel_duplicate
+from megatron.core.transformer.module import param_is_not_shared
 
+from conf import ConfigError
+from trainer import mcore_patches
 from trainer.backend import Backend
 from trainer.config import TrainerConfig
+from trainer.cpu import pipeline_stages_in_turn
 from trainer.data import Batch
 from trainer.losses import masked_sums, source_sums, token_losses
 from trainer.model import build_model
@@ -38,15 +45,28 @@ def accept_all(loss: float, grad_norm: float) -> None:
 
 
 class CpuEngine:
-    """fp32 on the CPU: torch AdamW, a plain accumulation loop; tensor parallel through megatron's layers
-    and data parallel by summing gradients over gloo, both matching the single process."""
+    """fp32 on the CPU: torch AdamW, a plain accumulation loop; tensor parallel through megatron's layers,
+    pipeline parallel through megatron's own 1F1B schedule (`get_forward_backward_func`) and data parallel by
+    summing gradients over gloo, all matching the single process."""
 
     def __init__(self, cfg: TrainerConfig, backend: Backend, vocab_size: int):
         self.cfg, self.backend = cfg, backend
-        self.model = build_model(cfg.model, vocab_size)
+        backend.dims.require_model_split(cfg.model.num_layers)
+        self.pipelined = backend.dims.pp > 1
+        if self.pipelined and cfg.evaluation.tasks and cfg.evaluation.interval:
+            raise ConfigError("downstream evaluation (evaluation.tasks) scores with the whole model in one process; "
+                              f"it does not run with parallel.pp={backend.dims.pp}: set evaluation.interval=0 "
+                              "or parallel.pp=1")
+        with mcore_patches.applied(mcore_patches.CPU_PIPELINE_PATCHES if self.pipelined else ()), \
+                pipeline_stages_in_turn() if self.pipelined else contextlib.nullcontext():
+            self.model = build_model(cfg.model, vocab_size)   # this rank's pipeline stage
         self.gpt = self.model
         self.optimizer = build_optimizer(self.model, cfg.optim)
         self.scheduler = build_scheduler(self.optimizer, cfg.optim, cfg.schedule.steps)
+        if self.pipelined:
+            # gloo runs batch_isend_irecv as separate sends and receives; no CUDA stream to synchronise
+            self.model.config.batch_p2p_sync = False
+            self.forward_backward = get_forward_backward_func()
 
     def parts(self) -> dict[str, Any]:
         return {"model": WholeModel(self.model), "optimizer": WholeOptimizer(self.optimizer, self.model),
@@ -65,11 +85,14 @@ class CpuEngine:
             n_tokens = n_tokens.clone()
             dist.all_reduce(n_tokens, group=dp_group)
         self.optimizer.zero_grad(set_to_none=True)
-        loss = 0.0
-        for batch in batches:
-            objective, ce, _ = masked_sums(self.model, batch, self.cfg.optim.z_loss)
-            (objective / n_tokens).backward()
-            loss += (ce / n_tokens).item()
+        if self.pipelined:
+            loss = self._pipeline_step(batches, n_tokens)
+        else:
+            loss = 0.0
+            for batch in batches:
+                objective, ce, _ = masked_sums(self.model, batch, self.cfg.optim.z_loss)
+                (objective / n_tokens).backward()
+                loss += (ce / n_tokens).item()
         if data_parallel:   # each rank holds its share of the global batch's gradient: sum them
             total = torch.tensor(loss, dtype=torch.float64)
             dist.all_reduce(total, group=dp_group)
@@ -88,17 +111,50 @@ class CpuEngine:
         return StepResult(loss, grad_norm.item(), {"forward_backward": backward_done - began,
                                                    "optimizer": time.perf_counter() - backward_done}, reason)
 
+    def _pipeline(self, batches: list[Batch], forward_only: bool, n_tokens: torch.Tensor | None = None,
+                  n_sources: int = 0) -> list[torch.Tensor]:
+        """megatron's 1F1B schedule over this step's micro-batches; the last stage returns one
+        [ce sum, tokens, (loss sum, tokens) per source] row per micro-batch, the other stages nothing."""
+        with mcore_patches.applied(mcore_patches.CPU_PIPELINE_PATCHES):
+            reports = self.forward_backward(
+                forward_step_func=partial(_stage_forward, z_loss=self.cfg.optim.z_loss, n_tokens=n_tokens,
+                                          n_sources=n_sources),
+                data_iterator=iter(batches), model=self.model, num_microbatches=len(batches),
+                seq_length=self.cfg.model.seq_length, micro_batch_size=self.cfg.batch.micro_batch_size,
+                decoder_seq_length=self.cfg.model.seq_length, forward_only=forward_only)
+        return [r["sums"] for r in reports]
+
+    def _from_last_stage(self, total: torch.Tensor) -> torch.Tensor:
+        """The last pipeline stage's `total` on every stage (rank 0, which logs, holds the first)."""
+        dist.broadcast(total, src=parallel_state.get_pipeline_model_parallel_last_rank(),
+                       group=parallel_state.get_pipeline_model_parallel_group())
+        return total
+
+    def _pipeline_step(self, batches: list[Batch], n_tokens: torch.Tensor) -> float:
+        sums = self._pipeline(batches, forward_only=False, n_tokens=n_tokens)
+        loss = torch.zeros((), dtype=torch.float64)
+        for row in sums:   # in micro-batch order, as the single process adds them
+            loss += (row[0].float() / n_tokens).item()
+        if self.model.share_embeddings_and_output_weights and parallel_state.is_rank_in_embedding_group():
+            # The tied word embedding's two copies (first and last stage) get the sum of both gradients, as
+            # megatron's finalize_model_grads does (which needs its DDP's gradient buffers: CUDA only).
+            weight = self.model.shared_embedding_or_output_weight()
+            if weight.grad is not None:
+                dist.all_reduce(weight.grad, group=parallel_state.get_embedding_group())
+        return self._from_last_stage(loss).item()
+
     def _clip_grads(self) -> torch.Tensor:
-        """The global gradient norm before clipping; under tensor parallelism each sharded parameter counts
-        once per shard and each replicated one once (megatron's clip_grads allocates on CUDA)."""
+        """The global gradient norm before clipping; under tensor and pipeline parallelism each sharded parameter
+        counts once per shard, each replicated one and the tied embedding once (megatron's clip_grads
+        allocates on CUDA)."""
         clip = self.cfg.optim.grad_clip or float("inf")
-        tp_group = parallel_state.get_tensor_model_parallel_group()
-        if dist.get_world_size(tp_group) == 1:
+        group = parallel_state.get_model_parallel_group()
+        if dist.get_world_size(group) == 1:
             return torch.nn.utils.clip_grad_norm_(self.model.parameters(), clip)
         params = [p for p in self.model.parameters() if p.grad is not None]
-        counted = [p.grad for p in params if param_is_not_tensor_parallel_duplicate(p)]
+        counted = [p.grad for p in params if param_is_not_tensor_parallel_duplicate(p) and param_is_not_shared(p)]
         squared = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in counted])) ** 2
-        dist.all_reduce(squared, group=tp_group)
+        dist.all_reduce(squared, group=group)
         total = squared.sqrt()
         torch._foreach_mul_([p.grad for p in params], torch.clamp(clip / (total + 1e-6), max=1.0))
         return total
@@ -108,17 +164,47 @@ class CpuEngine:
         """Validation cross entropy per token, and per source [n_sources, 2] (loss sum, tokens) when asked."""
         self.model.eval()
         total = torch.zeros(2 + 2 * n_sources, dtype=torch.float64)
-        for batch in batches:
+        if self.pipelined:
+            for row in self._pipeline(batches, forward_only=True, n_sources=n_sources):
+                total += row
+            total = self._from_last_stage(total)
+        for batch in batches if not self.pipelined else ():
             ce, _ = token_losses(self.model, batch)
-            total[0] += (ce.double() * batch.loss_mask).sum()
-            total[1] += batch.loss_mask.sum()
-            if n_sources and batch.source_ids is not None:
-                total[2:] += source_sums(ce, batch.loss_mask, batch.source_ids, n_sources).reshape(-1)
+            total += _sums(ce, batch, n_sources)
         self.model.train()
         dp_group = parallel_state.get_data_parallel_group()
         if dist.get_world_size(dp_group) > 1:
             dist.all_reduce(total, group=dp_group)
         return (total[0] / total[1]).item(), total[2:].reshape(n_sources, 2) if n_sources else None
+
+
+def _sums(ce: torch.Tensor, batch: Batch, n_sources: int) -> torch.Tensor:
+    """[ce summed over the loss mask, tokens, (loss sum, tokens) per source] in fp64."""
+    row = torch.zeros(2 + 2 * n_sources, dtype=torch.float64)
+    row[0] = (ce.detach().double() * batch.loss_mask).sum()
+    row[1] = batch.loss_mask.sum()
+    if n_sources and batch.source_ids is not None:
+        row[2:] = source_sums(ce, batch.loss_mask, batch.source_ids, n_sources).reshape(-1)
+    return row
+
+
+def _stage_loss(batch: Batch, n_tokens: torch.Tensor | None, n_sources: int, per_token: torch.Tensor):
+    """megatron's three-value loss contract on the last stage: (what to backpropagate: the objective summed and
+    divided by the global batch's tokens, as the single process does; tokens; the sums to report)."""
+    ce, objective = per_token
+    denominator = n_tokens if n_tokens is not None else 1
+    return ((objective.float() * batch.loss_mask).sum() / denominator, batch.loss_mask.sum().to(torch.int),
+            {"sums": _sums(ce, batch, n_sources)})
+
+
+def _stage_forward(data_iterator, model, z_loss: float, n_tokens: torch.Tensor | None, n_sources: int):
+    """megatron's forward_step_func: every stage reads the same micro-batch; the first embeds its tokens (the
+    others take the activations megatron received from the stage before), the last computes the losses."""
+    batch: Batch = next(data_iterator)
+    if not parallel_state.is_pipeline_last_stage():
+        return model(batch.tokens, batch.position_ids, batch.attention_mask), None
+    ce, objective = token_losses(model, batch, z_loss)
+    return torch.stack([ce, objective]), partial(_stage_loss, batch, n_tokens, n_sources)
 
 
 def build_engine(cfg: TrainerConfig, backend: Backend, vocab_size: int):

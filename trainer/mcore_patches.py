@@ -111,6 +111,65 @@ def cpu_rope_get_emb(self, max_seq_len: int, offset: int = 0) -> torch.Tensor:
     return emb[:, None, None, :]
 
 
+class _CpuCuda:
+    """torch.cuda as one megatron module sees it on the cpu backend: its current device is the CPU and there
+    is nothing to synchronise; anything else is torch.cuda's own."""
+
+    @staticmethod
+    def current_device() -> torch.device:
+        return torch.device("cpu")
+
+    @staticmethod
+    def synchronize(device=None) -> None:
+        return None
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(torch.cuda, name)
+
+
+class CpuDeviceTorch:
+    """The `torch` module as megatron's pipeline modules see it on the cpu backend: `torch.cuda.current_device()`
+    is the CPU and a `device="cuda"` factory call allocates on the CPU; everything else is torch itself.
+    Installed as the module attribute `torch` of p2p_communication and schedules only, so no other code moves."""
+
+    cuda = _CpuCuda()
+
+    @staticmethod
+    def zeros(*size, device=None, **kwargs) -> torch.Tensor:
+        on_cuda = device is not None and torch.device(device).type == "cuda"
+        return torch.zeros(*size, device="cpu" if on_cuda else device, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(torch, name)
+
+
+CPU_DEVICE_TORCH = CpuDeviceTorch()
+
+
+class _CudaCopiesStayOnCpu(torch.overrides.TorchFunctionMode):
+    """`tensor.cuda()` returns the tensor itself (torch's function-mode hook: only for the calls made inside)."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        if func is torch.Tensor.cuda:
+            return args[0]
+        return func(*args, **(kwargs or {}))
+
+
+def _original_setup_embeddings():
+    from megatron.core.models.common.language_module.language_module import LanguageModule
+    return LanguageModule.__dict__["setup_embeddings_and_output_layer"]
+
+
+_SETUP_EMBEDDINGS = _original_setup_embeddings()
+
+
+def cpu_setup_embeddings_and_output_layer(self) -> None:
+    """LanguageModule.setup_embeddings_and_output_layer as shipped, its `weight.data.cuda()` (before the
+    all-reduce that copies the tied embedding to the last pipeline stage) kept on the CPU."""
+    with _CudaCopiesStayOnCpu():
+        return _SETUP_EMBEDDINGS(self)
+
+
 # The cpu backend's: megatron-core assumes CUDA where the forward and backward pass touch even at tp=pp=1
 # (upstream is removing these: NVIDIA/Megatron-LM PR #6270).
 CPU_SCRATCH_BUFFER = Patch(
@@ -123,6 +182,21 @@ CPU_ROPE = Patch(
     "cpu_rope", "megatron.core.models.common.embeddings.rotary_pos_embedding", "RotaryEmbedding.get_emb",
     cpu_rope_get_emb, "RotaryEmbedding.get_emb moves inv_freq to torch.cuda.current_device()")
 CPU_PATCHES = (CPU_SCRATCH_BUFFER, CPU_CAUSAL_MASK, CPU_ROPE)
+
+# The cpu backend's for pipeline parallelism (pp > 1): megatron's 1F1B schedule and its point-to-point layer
+# allocate the activations they receive and their token counter on CUDA, and the last stage's copy of a tied
+# embedding is moved to CUDA before the all-reduce that initialises it.
+CPU_P2P_BUFFERS = Patch(
+    "cpu_p2p_buffers", "megatron.core.pipeline_parallel.p2p_communication", "torch", CPU_DEVICE_TORCH,
+    "P2PCommunicator allocates its receive buffers on torch.cuda.current_device()")
+CPU_SCHEDULE_TOKENS = Patch(
+    "cpu_schedule_tokens", "megatron.core.pipeline_parallel.schedules", "torch", CPU_DEVICE_TORCH,
+    "the pipeline schedules count tokens in torch.zeros(..., device=\"cuda\")")
+CPU_TIED_EMBEDDING = Patch(
+    "cpu_tied_embedding", "megatron.core.models.common.language_module.language_module",
+    "LanguageModule.setup_embeddings_and_output_layer", cpu_setup_embeddings_and_output_layer,
+    "the last stage's tied output weight is moved with .cuda() before its initialising all-reduce")
+CPU_PIPELINE_PATCHES = (CPU_P2P_BUFFERS, CPU_SCHEDULE_TOKENS, CPU_TIED_EMBEDDING)
 
 # megatron's local fallbacks for Apex's multi-tensor kernels: the l2 norm calls torch.norm once per tensor
 # and then torch.tensor() on the list, a host-device sync per parameter (≈300 at 1 B) every step, and the
@@ -160,6 +234,11 @@ def still_needed(patch: Patch) -> bool:
         call = source[source.index("self._forward_impl("):]
         call = call[:call.index(")\n")]
         return "tp_group=None" in call or "tp_group=" not in call
+    if patch in (CPU_P2P_BUFFERS, CPU_SCHEDULE_TOKENS):
+        source = inspect.getsource(importlib.import_module(patch.module))
+        return "torch.cuda.current_device()" in source or 'device="cuda"' in source
+    if patch is CPU_TIED_EMBEDDING:
+        return ".cuda()" in inspect.getsource(_SETUP_EMBEDDINGS)
     if patch in CPU_PATCHES:
         source = inspect.getsource(patch.current())
         return "torch.cuda.current_device()" in source or 'device="cuda"' in source

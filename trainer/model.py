@@ -7,6 +7,7 @@ passes its settings (bf16, initialisation on the GPU, fusions).
 from __future__ import annotations
 
 import torch
+from megatron.core import parallel_state
 from megatron.core.models.gpt import GPTModel
 from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
 from megatron.core.transformer import TransformerConfig
@@ -67,11 +68,18 @@ def layer_spec(m: ModelConfig) -> ModuleSpec:
 
 
 def build_model(m: ModelConfig, vocab_size: int, cuda: CudaConfig | None = None) -> GPTModel:
+    """This rank's pipeline stage of the model: megatron's parallel state says which layers it holds, whether it
+    embeds the tokens (the first stage) and whether it computes the loss (the last)."""
+    config = transformer_config(m, cuda)
+    staged = parallel_state.model_parallel_is_initialized()   # else one process holds the whole model
+    config.pipeline_model_parallel_size = parallel_state.get_pipeline_model_parallel_world_size() if staged else 1
     return GPTModel(
-        config=transformer_config(m, cuda),
+        config=config,
         transformer_layer_spec=layer_spec(m),
         vocab_size=vocab_size,
         max_sequence_length=m.seq_length,
+        pre_process=not staged or parallel_state.is_pipeline_first_stage(),
+        post_process=not staged or parallel_state.is_pipeline_last_stage(),
         share_embeddings_and_output_weights=m.share_embeddings,
         position_embedding_type=m.position_embedding,
         rotary_base=m.rotary_base,

@@ -7,8 +7,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from conf import ConfigError
 
-class ParallelDimsError(ValueError):
+
+class ParallelDimsError(ConfigError):
     """A parallel layout that does not fit the world it is asked to run on."""
 
 
@@ -37,9 +39,15 @@ class ParallelDims:
         return self.tp * self.pp * self.cp
 
     def require_cpu_layout(self) -> None:
-        """The cpu backend runs tensor and data parallel (gloo); pipeline and context parallel need the cuda one."""
-        if self.pp > 1 or self.cp > 1:
+        """The cpu backend runs tensor, pipeline and data parallel (gloo); context parallel needs the cuda one."""
+        if self.cp > 1:
             raise ParallelDimsError(
-                f"the cpu backend runs tensor and data parallelism only, got pp={self.pp} cp={self.cp}: "
-                "megatron-core's pipeline schedules allocate their send/receive buffers and token counters on "
-                "CUDA, and its context-parallel attention needs Transformer Engine; use the cuda backend")
+                f"the cpu backend runs tensor, pipeline and data parallelism, got cp={self.cp}: megatron-core's "
+                "context-parallel attention needs Transformer Engine; use the cuda backend")
+
+    def require_model_split(self, num_layers: int) -> None:
+        """Pipeline stages hold equal numbers of transformer layers (megatron's default split)."""
+        if num_layers % self.pp:
+            raise ParallelDimsError(
+                f"model.num_layers={num_layers} does not split evenly over parallel.pp={self.pp} pipeline "
+                f"stages; choose a pp that divides {num_layers}")
