@@ -1,9 +1,11 @@
-"""Tensor and data parallelism on CPUs (gloo, torchrun): the same losses and the same weights as one process.
+"""Tensor, pipeline and data parallelism on CPUs (gloo, torchrun): the same losses and the same weights as one
+process.
 
 megatron-core's own ColumnParallelLinear, RowParallelLinear and VocabParallelEmbedding split the model;
-gradients are summed over data-parallel ranks. Pipeline and context parallelism need the cuda backend
-(megatron's pipeline schedules allocate on CUDA; its context-parallel attention needs Transformer Engine):
-the cpu backend refuses them with that message (test_parallel_dims.py).
+megatron's own 1F1B schedule (`get_forward_backward_func`) runs the pipeline stages (the tiny model's two
+layers, one per stage, with the tied embedding on the first and last); gradients are summed over
+data-parallel ranks. Context parallelism needs the cuda backend (its attention needs Transformer Engine):
+the cpu backend refuses it with that message (test_parallel_dims.py).
 """
 import subprocess
 import sys
@@ -49,8 +51,9 @@ def single(manifest_path, tmp_path_factory) -> Path:
 
 
 @pytest.mark.parametrize("processes,layout", [(2, ["parallel.tp=2"]), (2, ["parallel.dp=2"]),
-                                              (4, ["parallel.tp=2", "parallel.dp=2"])],
-                         ids=["tp2", "dp2", "tp2-dp2"])
+                                              (4, ["parallel.tp=2", "parallel.dp=2"]), (2, ["parallel.pp=2"]),
+                                              (4, ["parallel.tp=2", "parallel.pp=2"])],
+                         ids=["tp2", "dp2", "tp2-dp2", "pp2", "tp2-pp2"])
 def test_parallel_run_matches_the_single_process(manifest_path, tmp_path, single, processes, layout):
     run(manifest_path, tmp_path, processes, *layout)
     # losses within 1e-5 (the issue's bar); the gradient norm, a sum of squares over differently split and
@@ -63,11 +66,12 @@ def test_parallel_run_matches_the_single_process(manifest_path, tmp_path, single
     val_expected, val_got = metric(single, "val_loss"), metric(tmp_path, "val_loss")
     assert val_got.keys() == val_expected.keys() and all(
         val_got[s] == pytest.approx(val_expected[s], rel=1e-5) for s in val_got)
-    # rank 0's checkpoint holds the whole model, gathered over tensor-parallel ranks: equal to one process's
+    # rank 0's checkpoint holds the whole model, gathered over tensor-parallel ranks and pipeline stages (layers
+    # numbered globally, the tied embedding once): equal to one process's
     mine = read_checkpoint(tmp_path / "train" / "checkpoints" / f"step-{STEPS:08d}.pt")["model"]
     theirs = read_checkpoint(single / "train" / "checkpoints" / f"step-{STEPS:08d}.pt")["model"]
     tensors = [k for k, v in theirs.items() if torch.is_tensor(v)]
-    assert tensors and all(mine[k].shape == theirs[k].shape for k in tensors)
+    assert list(mine) == list(theirs) and all(mine[k].shape == theirs[k].shape for k in tensors)
     worst = max(((mine[k] - theirs[k]).norm() / theirs[k].norm().clamp_min(1e-12)).item() for k in tensors)
     assert worst < 1e-4, worst
     lineage = lambda root: (root / "train" / "lineage" / "batches.jsonl").read_text()
