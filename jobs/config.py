@@ -198,6 +198,7 @@ class MinHashSettings:
 class ComponentSettings:
     max_iterations: int
     checkpoint: str
+    driver_max_edges: int
 
 
 @dataclass(frozen=True)
@@ -231,6 +232,7 @@ class DedupSettings:
     components: ComponentSettings
     paragraphs: ParagraphSettings
     contamination: ContaminationSettings
+    shuffle_partitions: int
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,9 @@
 `connected_components` is the large-star / small-star loop (Kiveris et al., "Connected Components in
 MapReduce and Beyond", SoCC 2014; text-dedup's Spark script), all DataFrame joins, so it scales past
 the driver's memory; each round's edges are checkpointed to cut the lineage.  It ends when every
-node points straight at its component's smallest id (a star forest).
+node points straight at its component's smallest id (a star forest).  When the duplicate edges fit in the
+driver's memory (`dedup.components.driver_max_edges`, the per-crawl case), `local_components` does the
+same in one scipy call instead, and `survivors_of_clusters` picks the survivors there too.
 
 `choose_survivors` is the survivor rule.  Jaccard is not transitive (A~B and B~C at 0.85 while A, C are
 at 0.7), so a cluster is not dropped down to one document.  Members are visited in priority order
@@ -45,7 +47,8 @@ def _cut_lineage(df, mode: str):
 
 def connected_components(edges, max_iterations: int, checkpoint: str = "local", stats: dict | None = None):
     """Undirected edges (a, b) -> (doc_id, cluster_id) for every node in an edge; cluster_id is the
-    smallest doc_id of its component.  Nodes without edges are not listed (they are their own cluster)."""
+    smallest doc_id of its component.  Nodes without edges are not listed (they are their own cluster).
+    Two Spark jobs a round: the checkpoint that cuts the lineage, and one aggregate that tests convergence."""
     from pyspark.sql import functions as F
 
     e = (edges.select(F.least("a", "b").alias("dst"), F.greatest("a", "b").alias("src"))
@@ -63,10 +66,13 @@ def connected_components(edges, max_iterations: int, checkpoint: str = "local", 
              .where("src != dst")
              .unionByName(smallest.select("src", F.col("m").alias("dst"))).distinct())
         e = _cut_lineage(e, checkpoint)
-        chained = e.join(e.select(F.col("src").alias("dst")).distinct(), "dst", "left_semi").limit(1).count()
-        split = e.groupBy("src").count().where("count > 1").limit(1).count()
-        log.info("connected components: round %d, %d edges", iteration, e.count())
-        if not chained and not split:
+        # a star forest: no edge's dst is another edge's src (no chain) and every src has one dst (no split)
+        per_src = e.groupBy("src").agg(F.count("*").alias("n"))
+        dsts = e.select(F.col("dst").alias("src")).distinct()
+        check = (per_src.join(dsts.withColumn("is_dst", F.lit(1)), "src", "left")
+                 .agg(F.sum("n").alias("edges"), F.max("n").alias("max_out"), F.max("is_dst").alias("chained")).first())
+        log.info("connected components: round %d, %d edges", iteration, check["edges"] or 0)
+        if not check["chained"] and (check["max_out"] or 0) <= 1:
             if stats is not None:
                 stats["component_rounds"] = iteration
             roots = e.select(F.col("dst").alias("doc_id"), F.col("dst").alias("cluster_id")).distinct()
@@ -75,15 +81,75 @@ def connected_components(edges, max_iterations: int, checkpoint: str = "local", 
                        f"dedup.components.max_iterations (each round at least halves the longest chain)")
 
 
+def local_components(edges: Sequence[tuple[str, str]]) -> dict[str, str]:
+    """Undirected edges that fit in the driver's memory -> {doc_id: cluster_id, the smallest doc_id of its
+    component}, by scipy's connected components over the sparse adjacency matrix: one call, no Spark rounds."""
+    import numpy as np
+    from scipy.sparse import coo_matrix
+    from scipy.sparse.csgraph import connected_components as scipy_components
+
+    if not edges:
+        return {}
+    ids, index = np.unique(np.array(edges, dtype=object).ravel(), return_inverse=True)  # sorted ids
+    index = index.reshape(-1, 2)
+    graph = coo_matrix((np.ones(len(index), np.int8), (index[:, 0], index[:, 1])), shape=(len(ids), len(ids)))
+    _, labels = scipy_components(graph, directed=False)
+    first = np.full(labels.max() + 1, len(ids))
+    np.minimum.at(first, labels, np.arange(len(ids)))  # ids are sorted: a component's smallest index is its smallest id
+    return dict(zip(ids.tolist(), ids[first[labels]].tolist()))
+
+
+def survivors_of_clusters(clusters: dict[str, str], ranked: Sequence[str], edges) -> dict[str, str | None]:
+    """`choose_survivors` for every cluster at once: clusters {doc_id: cluster_id}, `ranked` every member in
+    priority order (best first), edges (a, b) -> {doc_id: survivor, or None when kept}."""
+    members: dict[str, list[str]] = {}
+    for doc_id in ranked:
+        members.setdefault(clusters[doc_id], []).append(doc_id)
+    by_cluster: dict[str, list[tuple[str, str]]] = {}
+    for a, b in edges:
+        by_cluster.setdefault(clusters[a], []).append((a, b))
+    out: dict[str, str | None] = {}
+    for cid, docs in members.items():
+        out.update(choose_survivors(docs, by_cluster.get(cid, ())))
+    return out
+
+
+def survivor_partitions(batches):
+    """`mapInArrow` body over rows (cluster_id, doc_id, rank, a, b) partitioned by cluster_id, so a cluster's
+    rows are all in one partition: member rows carry doc_id and rank (priority order), edge rows a and b.
+    -> (doc_id, survivor_id) by `choose_survivors`: one Python call per partition, not one pandas frame per cluster."""
+    import pyarrow as pa
+
+    table = pa.Table.from_batches(list(batches))
+    if table.num_rows == 0:
+        return
+    rows = table.to_pydict()
+    members: dict[str, list[tuple[int, str]]] = {}
+    edges: dict[str, list[tuple[str, str]]] = {}
+    for cid, doc_id, rank, a, b in zip(rows["cluster_id"], rows["doc_id"], rows["rank"], rows["a"], rows["b"]):
+        if doc_id is not None:
+            members.setdefault(cid, []).append((rank, doc_id))
+        else:
+            edges.setdefault(cid, []).append((a, b))
+    doc_ids, survivors = [], []
+    for cid, ranked in members.items():
+        chosen = choose_survivors([d for _, d in sorted(ranked)], edges.get(cid, ()))
+        doc_ids += list(chosen)
+        survivors += list(chosen.values())
+    yield pa.RecordBatch.from_arrays([pa.array(doc_ids, pa.string()), pa.array(survivors, pa.string())],
+                                     names=["doc_id", "survivor_id"])
+
+
 def survivor_rows(members, edges):
     """Per cluster: members (cluster_id, doc_id, p_quality, p_time) and edges (cluster_id, a, b) ->
-    (doc_id, survivor_id), by `choose_survivors` in one pandas call per cluster."""
-    import pandas as pd
+    (doc_id, survivor_id), by `choose_survivors`, one Python call per partition of whole clusters."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
 
-    def per_cluster(m: pd.DataFrame, e: pd.DataFrame) -> pd.DataFrame:
-        m = m.sort_values(["p_quality", "p_time", "doc_id"], ascending=[False, False, True], na_position="last")
-        chosen = choose_survivors(list(m["doc_id"]), zip(e["a"], e["b"]))
-        return pd.DataFrame({"doc_id": list(chosen), "survivor_id": list(chosen.values())})
-
-    return (members.groupBy("cluster_id").cogroup(edges.groupBy("cluster_id"))
-            .applyInPandas(per_cluster, "doc_id string, survivor_id string"))
+    order = Window.partitionBy("cluster_id").orderBy(F.desc_nulls_last("p_quality"), F.desc_nulls_last("p_time"),
+                                                     F.asc("doc_id"))
+    none = F.lit(None).cast("string")
+    rows = (members.select("cluster_id", "doc_id", F.row_number().over(order).alias("rank"),
+                           none.alias("a"), none.alias("b"))
+            .unionByName(edges.select("cluster_id", none.alias("doc_id"), F.lit(None).cast("int").alias("rank"), "a", "b")))
+    return rows.repartition("cluster_id").mapInArrow(survivor_partitions, "doc_id string, survivor_id string")

@@ -22,6 +22,8 @@ if __name__ == "__main__":
     sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") not in (_here, os.path.dirname(_here))]
 
 import logging  # noqa: E402
+import time  # noqa: E402
+from contextlib import contextmanager  # noqa: E402
 
 from jobs.base import SparkJob, merge_table, settings_sha256  # noqa: E402
 from jobs.dedup import components, contamination, lsh, minhash, paragraphs  # noqa: E402
@@ -44,10 +46,14 @@ def _delta(spark, path: str):
     return spark.read.format("delta").load(path) if DeltaTable.isDeltaTable(spark, path) else None
 
 
-def insert_new(spark, df, path: str, keys: tuple[str, ...]) -> None:
-    """Append the rows of `df` whose keys the table lacks (a rerun after a crash inserts nothing twice)."""
+def insert_new(spark, df, path: str, keys: tuple[str, ...], empty: bool = False) -> None:
+    """Append the rows of `df` whose keys the table lacks (a rerun after a crash inserts nothing twice);
+    `empty`: the caller has just emptied the table (a full run), so a plain append, not a MERGE."""
     from delta.tables import DeltaTable
 
+    if empty and DeltaTable.isDeltaTable(spark, path):
+        df.write.format("delta").mode("append").save(path)
+        return
     if not DeltaTable.isDeltaTable(spark, path):
         df.write.format("delta").mode("errorifexists").save(path)
         return
@@ -76,6 +82,38 @@ class DedupJob(SparkJob):
             {"stage": name, "in": int(rows_in), "out": int(rows_out), "dropped": dropped})
         log.info("dedup stage %-13s %8d in -> %8d out; dropped %s", name, rows_in, rows_out, dropped or "none")
 
+    @contextmanager
+    def part(self, spark, name: str):
+        """Time one part of the run and count the Spark jobs it launched (metrics `timings`: the profile)."""
+        sc = spark.sparkContext
+        group = f"weblm-dedup-{name}"
+        sc.setJobGroup(group, f"dedup: {name}")
+        start = time.monotonic()
+        try:
+            yield
+        finally:
+            seconds = time.monotonic() - start
+            n_jobs = len(sc.statusTracker().getJobIdsForGroup(group))
+            sc.setLocalProperty("spark.jobGroup.id", None)
+            sc.setLocalProperty("spark.job.description", None)
+            self.metrics.extra.setdefault("timings", {})[name] = {"seconds": round(seconds, 2), "spark_jobs": n_jobs}
+            log.info("dedup part %-12s %7.1f s, %3d Spark jobs", name, seconds, n_jobs)
+
+    @contextmanager
+    def shuffle_partitions(self, spark):
+        """`dedup.shuffle_partitions` for this job's shuffles (adaptive execution coalesces the small ones, so a
+        small run still gets few tasks), the session's own setting restored afterwards (the pipeline shares it)."""
+        keys = {"spark.sql.shuffle.partitions": str(self.cfg.dedup.shuffle_partitions),
+                "spark.sql.adaptive.enabled": "true", "spark.sql.adaptive.coalescePartitions.enabled": "true"}
+        before = {k: spark.conf.get(k, None) for k in keys}
+        for k, v in keys.items():
+            spark.conf.set(k, v)
+        try:
+            yield
+        finally:
+            for k, v in before.items():
+                spark.conf.unset(k) if v is None else spark.conf.set(k, v)
+
     # -- the job -------------------------------------------------------------------------------------
     def run_job(self, spark, args):
         from pyspark import StorageLevel
@@ -93,20 +131,22 @@ class DedupJob(SparkJob):
         docs = (silver.select("doc_id", "url", "fetch_time", "text", quality.alias("p_quality"),
                               F.col("fetch_time").alias("p_time")).persist(StorageLevel.MEMORY_AND_DISK))
         try:
-            self.metrics.input_rows = docs.count()
-            self.metrics.extra.update(table=cfg.tables.output, mode="full" if args.full else "incremental",
-                                      signature_settings_sha256=signature_settings_sha(cfg),
-                                      quality_column=cfg.quality_column if cfg.quality_column in silver.columns else None)
-            if not args.decide_only:
-                self.update_signals(spark, docs, args.full)
-            decision = self.decide(spark, docs)
-            kept = self.finish(spark, silver, docs, decision)
-            self.metrics.output_rows = kept
+            with self.shuffle_partitions(spark):
+                with self.part(spark, "read"):
+                    self.metrics.input_rows = docs.count()
+                self.metrics.extra.update(table=cfg.tables.output, mode="full" if args.full else "incremental",
+                                          signature_settings_sha256=signature_settings_sha(cfg),
+                                          quality_column=cfg.quality_column if cfg.quality_column in silver.columns else None)
+                if not args.decide_only:
+                    self.update_signals(spark, docs, args.full)
+                decision = self.decide(spark, docs)
+                self.metrics.output_rows = self.finish(spark, silver, docs, decision)
         finally:
             docs.unpersist()
 
     # -- signals: sign new documents, extend the band table, score new candidate pairs -------------------------
     def update_signals(self, spark, docs, full: bool) -> None:
+        from delta.tables import DeltaTable
         from pyspark import StorageLevel
         from pyspark.sql import functions as F
 
@@ -120,47 +160,61 @@ class DedupJob(SparkJob):
         todo = docs if existing is None else docs.join(existing.select("doc_id"), "doc_id", "left_anti")
         signed = (todo.select("doc_id", "text").mapInArrow(lambda b: lsh.sign_batches(b, cfg.minhash), lsh.signal_schema())
                   .withColumn("settings_sha256", F.lit(sha)).persist(StorageLevel.MEMORY_AND_DISK))
+        new_bands = pairs = scored = None
+        cached: list = []
         try:
-            n_new = signed.count()
-            self.metrics.extra["signed"] = n_new
-            self.metrics.extra["no_words"] = signed.where(F.col("text_key").isNull()).count()
-            if full:
-                for path in paths.values():
-                    if _delta(spark, path) is not None:
-                        overwrite(_delta(spark, path).limit(0), path)
+            with self.part(spark, "sign"):
+                counted = signed.agg(F.count("*").alias("n"), F.count_if(F.col("text_key").isNull()).alias("no_words")).first()
+                n_new = int(counted["n"])
+                self.metrics.extra.update(signed=n_new, no_words=int(counted["no_words"] or 0))
+                if full:
+                    # emptied first (a metadata-only delete per table), so a run killed after this re-signs everything
+                    for path in paths.values():
+                        if DeltaTable.isDeltaTable(spark, path):
+                            DeltaTable.forPath(spark, path).delete()
             if n_new == 0:
                 log.info("dedup: no new documents to sign")
                 return
-            # one band entry per distinct text: exact copies share every shingle, so they share every pair
-            reps = signed.where(F.col("text_key").isNotNull())
-            if cfg.exact.enabled:
-                reps = reps.groupBy("text_key").agg(F.min("doc_id").alias("doc_id"))
-                if existing is not None:
-                    reps = reps.join(existing.select("text_key").distinct(), "text_key", "left_anti")
-            new_bands = lsh.band_rows(signed.join(reps.select("doc_id"), "doc_id", "left_semi")).persist()
-            insert_new(spark, new_bands, paths["bands"], ("band", "doc_id"))
-            all_bands = spark.read.format("delta").load(paths["bands"])
-            pairs, buckets = lsh.candidate_pairs(all_bands, new_bands, cfg.minhash.all_pairs_max_bucket,
-                                                 priority=docs)
-            old_pairs = _delta(spark, paths["pairs"])
-            if old_pairs is not None:
-                pairs = pairs.join(old_pairs.select("a", "b"), ["a", "b"], "left_anti")
-            pairs = pairs.persist(StorageLevel.MEMORY_AND_DISK)
-            all_signals = signed.drop("band_hashes") if existing is None else \
-                existing.select(*signed.drop("band_hashes").columns).unionByName(signed.drop("band_hashes"))
-            scored = lsh.score_pairs(pairs, all_signals, docs, cfg.minhash).persist(StorageLevel.MEMORY_AND_DISK)
-            giant = buckets.where(F.col("n") > cfg.minhash.all_pairs_max_bucket)
-            below = scored.where(F.col("jaccard") < cfg.minhash.threshold).count()
-            self.metrics.extra.update(
-                candidate_pairs=pairs.count(), candidates_below_threshold=below,
-                buckets_touched=buckets.count(), giant_buckets=giant.count(),
-                largest_bucket=int(buckets.agg(F.max("n")).first()[0] or 0), band_rows_added=new_bands.count())
-            insert_new(spark, scored.where(F.col("jaccard") >= cfg.minhash.store_min_jaccard), paths["pairs"], ("a", "b"))
-            insert_new(spark, signed.drop("band_hashes"), paths["signals"], ("doc_id",))
-            for df in (scored, pairs, new_bands):
-                df.unpersist()
+            with self.part(spark, "bands"):
+                # one band entry per distinct text: exact copies share every shingle, so they share every pair
+                reps = signed.where(F.col("text_key").isNotNull())
+                if cfg.exact.enabled:
+                    reps = reps.groupBy("text_key").agg(F.min("doc_id").alias("doc_id"))
+                    if existing is not None:
+                        reps = reps.join(existing.select("text_key").distinct(), "text_key", "left_anti")
+                new_bands = lsh.band_rows(signed.join(reps.select("doc_id"), "doc_id", "left_semi")).persist(
+                    StorageLevel.MEMORY_AND_DISK)
+                insert_new(spark, new_bands, paths["bands"], ("band", "doc_id"), empty=full)
+            with self.part(spark, "candidates"):
+                # a full run's band table is exactly the new bands: no semi-join of the table against itself
+                all_bands = new_bands if full else spark.read.format("delta").load(paths["bands"])
+                pairs, buckets = lsh.candidate_pairs(all_bands, new_bands, cfg.minhash.all_pairs_max_bucket,
+                                                     priority=docs, touched_is_all=full, cached=cached)
+                old_pairs = None if full else _delta(spark, paths["pairs"])
+                if old_pairs is not None:
+                    pairs = pairs.join(old_pairs.select("a", "b"), ["a", "b"], "left_anti")
+                pairs = pairs.persist(StorageLevel.MEMORY_AND_DISK)
+                bucket_stats = buckets.agg(F.count("*").alias("touched"),
+                                           F.count_if(F.col("n") > cfg.minhash.all_pairs_max_bucket).alias("giant"),
+                                           F.max("n").alias("largest")).first()
+            with self.part(spark, "verify"):
+                all_signals = signed.drop("band_hashes") if existing is None else \
+                    existing.select(*signed.drop("band_hashes").columns).unionByName(signed.drop("band_hashes"))
+                scored = lsh.score_pairs(pairs, all_signals, docs, cfg.minhash).persist(StorageLevel.MEMORY_AND_DISK)
+                pair_stats = scored.agg(F.count("*").alias("n"),
+                                        F.count_if(F.col("jaccard") < cfg.minhash.threshold).alias("below")).first()
+                self.metrics.extra.update(
+                    candidate_pairs=int(pair_stats["n"]), candidates_below_threshold=int(pair_stats["below"] or 0),
+                    buckets_touched=int(bucket_stats["touched"]), giant_buckets=int(bucket_stats["giant"] or 0),
+                    largest_bucket=int(bucket_stats["largest"] or 0), band_rows_added=new_bands.count())
+            with self.part(spark, "write_signals"):
+                insert_new(spark, scored.where(F.col("jaccard") >= cfg.minhash.store_min_jaccard), paths["pairs"],
+                           ("a", "b"), empty=full)
+                insert_new(spark, signed.drop("band_hashes"), paths["signals"], ("doc_id",), empty=full)
         finally:
-            signed.unpersist()
+            for df in (scored, pairs, new_bands, signed, *cached):
+                if df is not None:
+                    df.unpersist()
 
     # -- the decision: URL, exact, near; recomputed from stored signals and pairs --------------------------------
     def decide(self, spark, docs):
@@ -171,74 +225,114 @@ class DedupJob(SparkJob):
         cfg = self.cfg.dedup
         signals = spark.read.format("delta").load(self.table(cfg.tables.signals))
         priority = [F.desc_nulls_last("p_quality"), F.desc_nulls_last("p_time"), F.asc("doc_id")]
-        s = (docs.select("doc_id", "url", "p_quality", "p_time")
-             .join(signals.select("doc_id", "text_key", "n_words", "n_shingles"), "doc_id", "left"))
-        newest = F.first("doc_id").over(Window.partitionBy("url").orderBy(F.desc_nulls_last("p_time"), "doc_id"))
-        s = s.withColumn("url_first", newest if cfg.exact.url else F.col("doc_id"))
-        s = s.withColumn("url_dup", F.col("url").isNotNull() & (F.col("url_first") != F.col("doc_id")))
-        winner = F.first("doc_id").over(Window.partitionBy("text_key").orderBy(*priority))
-        s = s.withColumn("key_winner", F.when(~F.col("url_dup") & F.col("text_key").isNotNull(),
-                                              winner if cfg.exact.enabled else F.col("doc_id")))
-        s = s.withColumn("exact_dup", F.col("key_winner").isNotNull() & (F.col("key_winner") != F.col("doc_id")))
-        s = s.persist(StorageLevel.MEMORY_AND_DISK)
-        n_in = s.count()
-        n_url = s.where("url_dup").count()
-        n_exact = s.where("exact_dup").count()
-        n_no_words = s.where(F.col("text_key").isNull()).count()
+        with self.part(spark, "exact"):
+            s = (docs.select("doc_id", "url", "p_quality", "p_time")
+                 .join(signals.select("doc_id", "text_key", "n_words", "n_shingles"), "doc_id", "left"))
+            newest = F.first("doc_id").over(Window.partitionBy("url").orderBy(F.desc_nulls_last("p_time"), "doc_id"))
+            s = s.withColumn("url_first", newest if cfg.exact.url else F.col("doc_id"))
+            s = s.withColumn("url_dup", F.col("url").isNotNull() & (F.col("url_first") != F.col("doc_id")))
+            winner = F.first("doc_id").over(Window.partitionBy("text_key").orderBy(*priority))
+            s = s.withColumn("key_winner", F.when(~F.col("url_dup") & F.col("text_key").isNotNull(),
+                                                  winner if cfg.exact.enabled else F.col("doc_id")))
+            s = s.withColumn("exact_dup", F.col("key_winner").isNotNull() & (F.col("key_winner") != F.col("doc_id")))
+            s = s.persist(StorageLevel.MEMORY_AND_DISK)
+            counts = s.agg(F.count("*").alias("n"), F.count_if("url_dup").alias("url"),
+                           F.count_if("exact_dup").alias("exact"),
+                           F.count_if(F.col("text_key").isNull()).alias("no_words")).first()
+            n_in, n_url, n_exact = int(counts["n"]), int(counts["url"] or 0), int(counts["exact"] or 0)
         self.stage("url", n_in, n_in - n_url, {"url_refetched": n_url})
         self.stage("exact", n_in - n_url, n_in - n_url - n_exact, {"exact_duplicate": n_exact})
-        self.metrics.extra["not_deduplicated_no_words"] = n_no_words
+        self.metrics.extra["not_deduplicated_no_words"] = int(counts["no_words"] or 0)
 
         nodes = s.where(F.col("key_winner") == F.col("doc_id")).select("doc_id", "p_quality", "p_time", "text_key")
         near = spark.createDataFrame([], "doc_id string, cluster_id string, survivor_id string")
         pairs = _delta(spark, self.table(cfg.tables.pairs))
+        persisted = [s]
         if cfg.minhash.enabled and pairs is not None:
-            # a pair's documents stand for their text: map each end to its text's winner (exact copies share pairs)
-            if cfg.exact.enabled:
-                to_node = (signals.select("doc_id", "text_key")
-                           .join(nodes.select("text_key", F.col("doc_id").alias("node")), "text_key"))
-            else:
-                to_node = nodes.select("doc_id", F.col("doc_id").alias("node"))
-            edges = (pairs.where(F.col("jaccard") >= cfg.minhash.threshold)
-                     .join(to_node.select(F.col("doc_id").alias("a"), F.col("node").alias("na")), "a")
-                     .join(to_node.select(F.col("doc_id").alias("b"), F.col("node").alias("nb")), "b")
-                     .select(F.col("na").alias("a"), F.col("nb").alias("b")).where("a != b").distinct()
-                     .persist(StorageLevel.MEMORY_AND_DISK))
-            stats: dict = {}
-            cc = components.connected_components(edges, cfg.components.max_iterations, cfg.components.checkpoint, stats)
-            cc = cc.persist(StorageLevel.MEMORY_AND_DISK)
-            members = nodes.join(cc, "doc_id").select("cluster_id", "doc_id", "p_quality", "p_time")
-            # fresh column ids: both sides of the cogroup derive from cc, and Spark refuses ambiguous self-joins
-            cluster_edges = (edges.join(cc.select(F.col("doc_id").alias("a"), F.col("cluster_id").alias("cid")), "a")
-                             .select(F.col("cid").alias("cluster_id"), "a", "b"))
-            near = (components.survivor_rows(members, cluster_edges).join(cc, "doc_id")
-                    .persist(StorageLevel.MEMORY_AND_DISK))
-            self.metrics.extra.update(duplicate_edges=edges.count(), **stats)
-        node_state = (nodes.select("doc_id").join(near, "doc_id", "left")
-                      .select(F.col("doc_id").alias("key_winner"), F.col("cluster_id").alias("w_cluster"),
-                              F.col("survivor_id").alias("w_survivor")))
-        d = s.join(node_state, "key_winner", "left")
-        near_dup = ~F.col("url_dup") & ~F.col("exact_dup") & F.col("w_survivor").isNotNull()
-        reason = (F.when(F.col("url_dup"), F.lit("url_refetched"))
-                  .when(F.col("exact_dup"), F.lit("exact_duplicate"))
-                  .when(near_dup, F.lit("near_duplicate")))
-        survivor = (F.when(F.col("url_dup"), F.col("url_first"))
-                    .when(F.col("exact_dup"), F.coalesce("w_survivor", "key_winner"))
-                    .when(near_dup, F.col("w_survivor")))
-        d = (d.withColumn("drop_reason", reason).withColumn("survivor_id", survivor)
-             .withColumn("cluster_id", F.when(F.col("url_dup"), F.col("doc_id")).otherwise(F.coalesce("w_cluster", "key_winner", "doc_id")))
-             .withColumn("cluster_size", F.count("*").over(Window.partitionBy("cluster_id")).cast("int"))
-             .withColumn("keep", F.col("drop_reason").isNull())
-             .select("doc_id", "url", "text_key", "n_words", "n_shingles", "cluster_id", "cluster_size",
-                     "survivor_id", "keep", "drop_reason"))
-        path = self.table(cfg.tables.documents)
-        overwrite(d, path)
-        decision = spark.read.format("delta").load(path)
-        n_near = decision.where(F.col("drop_reason") == "near_duplicate").count()
+            with self.part(spark, "edges"):
+                # a pair's documents stand for their text: map each end to its text's winner (exact copies share pairs)
+                if cfg.exact.enabled:
+                    to_node = (signals.select("doc_id", "text_key")
+                               .join(nodes.select("text_key", F.col("doc_id").alias("node")), "text_key"))
+                else:
+                    to_node = nodes.select("doc_id", F.col("doc_id").alias("node"))
+                edges = (pairs.where(F.col("jaccard") >= cfg.minhash.threshold)
+                         .join(to_node.select(F.col("doc_id").alias("a"), F.col("node").alias("na")), "a")
+                         .join(to_node.select(F.col("doc_id").alias("b"), F.col("node").alias("nb")), "b")
+                         .select(F.col("na").alias("a"), F.col("nb").alias("b")).where("a != b").distinct()
+                         .persist(StorageLevel.MEMORY_AND_DISK))
+                persisted.append(edges)
+                n_edges = edges.count()
+            self.metrics.extra["duplicate_edges"] = n_edges
+            with self.part(spark, "components"):
+                if n_edges <= cfg.components.driver_max_edges:
+                    near = self.components_on_driver(spark, edges, nodes)
+                else:
+                    near = self.components_on_executors(edges, nodes)
+                near = near.persist(StorageLevel.MEMORY_AND_DISK)
+                persisted.append(near)
+                near.count()
+        with self.part(spark, "decision"):
+            node_state = (nodes.select("doc_id").join(near, "doc_id", "left")
+                          .select(F.col("doc_id").alias("key_winner"), F.col("cluster_id").alias("w_cluster"),
+                                  F.col("survivor_id").alias("w_survivor")))
+            d = s.join(node_state, "key_winner", "left")
+            near_dup = ~F.col("url_dup") & ~F.col("exact_dup") & F.col("w_survivor").isNotNull()
+            reason = (F.when(F.col("url_dup"), F.lit("url_refetched"))
+                      .when(F.col("exact_dup"), F.lit("exact_duplicate"))
+                      .when(near_dup, F.lit("near_duplicate")))
+            survivor = (F.when(F.col("url_dup"), F.col("url_first"))
+                        .when(F.col("exact_dup"), F.coalesce("w_survivor", "key_winner"))
+                        .when(near_dup, F.col("w_survivor")))
+            d = (d.withColumn("drop_reason", reason).withColumn("survivor_id", survivor)
+                 .withColumn("cluster_id", F.when(F.col("url_dup"), F.col("doc_id")).otherwise(F.coalesce("w_cluster", "key_winner", "doc_id")))
+                 .withColumn("cluster_size", F.count("*").over(Window.partitionBy("cluster_id")).cast("int"))
+                 .withColumn("keep", F.col("drop_reason").isNull())
+                 .select("doc_id", "url", "text_key", "n_words", "n_shingles", "cluster_id", "cluster_size",
+                         "survivor_id", "keep", "drop_reason"))
+            path = self.table(cfg.tables.documents)
+            overwrite(d, path)
+            decision = spark.read.format("delta").load(path)
+            n_near = decision.where(F.col("drop_reason") == "near_duplicate").count()
         self.stage("near", n_in - n_url - n_exact, n_in - n_url - n_exact - n_near, {"near_duplicate": n_near})
         decision.where("NOT keep").createOrReplaceTempView("dedup_removals")
-        s.unpersist()
+        for df in persisted:
+            df.unpersist()
         return decision
+
+    def components_on_driver(self, spark, edges, nodes):
+        """Edges that fit in the driver's memory: components and survivors there, in one pass (the per-crawl case)."""
+        import pandas as pd
+        from pyspark.sql import functions as F
+
+        pairs = [(r["a"], r["b"]) for r in edges.collect()]
+        clusters = components.local_components(pairs)
+        self.metrics.extra.update(components_on="driver", component_rounds=0)
+        if not clusters:
+            return spark.createDataFrame([], "doc_id string, cluster_id string, survivor_id string")
+        ids = spark.createDataFrame(pd.DataFrame({"doc_id": list(clusters)}), "doc_id string")
+        ranked = [r["doc_id"] for r in nodes.join(F.broadcast(ids), "doc_id", "left_semi")
+                  .orderBy(F.desc_nulls_last("p_quality"), F.desc_nulls_last("p_time"), F.asc("doc_id"))
+                  .select("doc_id").collect()]
+        chosen = components.survivors_of_clusters(clusters, ranked, pairs)
+        return spark.createDataFrame(pd.DataFrame({"doc_id": list(chosen), "cluster_id": [clusters[d] for d in chosen],
+                                                   "survivor_id": list(chosen.values())}),
+                                     "doc_id string, cluster_id string, survivor_id string")
+
+    def components_on_executors(self, edges, nodes):
+        """More edges than the driver should hold: large-star/small-star rounds, survivors per partition of clusters."""
+        from pyspark.sql import functions as F
+
+        cfg = self.cfg.dedup
+        stats: dict = {}
+        cc = components.connected_components(edges, cfg.components.max_iterations, cfg.components.checkpoint, stats)
+        cc = cc.localCheckpoint(eager=True)  # read twice below: computed once
+        members = nodes.join(cc, "doc_id").select("cluster_id", "doc_id", "p_quality", "p_time")
+        # fresh column ids: both sides of the union derive from cc, and Spark refuses ambiguous self-joins
+        cluster_edges = (edges.join(cc.select(F.col("doc_id").alias("a"), F.col("cluster_id").alias("cid")), "a")
+                         .select(F.col("cid").alias("cluster_id"), "a", "b"))
+        self.metrics.extra.update(components_on="executors", **stats)
+        return components.survivor_rows(members, cluster_edges).join(cc, "doc_id")
 
     # -- on what is kept: paragraphs, contamination, then silver.deduped --------------------------------------
     def finish(self, spark, silver, docs, decision) -> int:
@@ -250,43 +344,54 @@ class DedupJob(SparkJob):
                 .persist(StorageLevel.MEMORY_AND_DISK))
         n_kept = kept.count()
         current = kept.select("doc_id", "text", F.lit(0).alias("paragraphs_removed"), F.lit(None).cast("string").alias("drop_reason"))
+        n_now = n_kept
+        persisted = [kept]
         if cfg.paragraphs.enabled and n_kept:
-            current = paragraphs.dedup_paragraphs(kept.select("doc_id", "text", "p_quality", "p_time"), cfg.paragraphs)
-            current = current.persist(StorageLevel.MEMORY_AND_DISK)
-            short = current.where(F.col("drop_reason").isNotNull()).count()
-            self.metrics.extra["paragraphs_removed"] = int(current.agg(F.sum("paragraphs_removed")).first()[0] or 0)
+            with self.part(spark, "paragraphs"):
+                current = paragraphs.dedup_paragraphs(kept.select("doc_id", "text", "p_quality", "p_time"), cfg.paragraphs,
+                                                      persisted)
+                current = current.persist(StorageLevel.MEMORY_AND_DISK)
+                persisted.append(current)
+                counted = current.agg(F.count_if(F.col("drop_reason").isNotNull()).alias("short"),
+                                      F.sum("paragraphs_removed").alias("removed")).first()
+                short = int(counted["short"] or 0)
+                self.metrics.extra["paragraphs_removed"] = int(counted["removed"] or 0)
             self.stage("paragraphs", n_kept, n_kept - short, {"too_short_after_paragraphs": short})
+            n_now = n_kept - short
         current = current.where(F.col("drop_reason").isNull()).drop("drop_reason")
-        n_now = current.count()
         current = current.withColumn("contamination_hits", F.lit(0))
         if cfg.contamination.enabled and cfg.contamination.eval_sets and n_now:
-            ngrams = contamination.load_eval_ngrams(cfg.contamination.eval_sets, cfg.contamination.text_fields,
-                                                    cfg.contamination.ngram)
-            hits = (current.select("doc_id", "text")
-                    .mapInArrow(lambda b: contamination.scan_batches(b, ngrams, cfg.contamination),
-                                "doc_id string, hits int, benchmarks array<string>, text string, drop_reason string")
-                    .persist(StorageLevel.MEMORY_AND_DISK))
-            overwrite(hits.select("doc_id", "hits", "benchmarks", "drop_reason",
-                                  F.lit(cfg.contamination.action).alias("action")), self.table(cfg.tables.contamination))
-            per_benchmark = {r[0]: r[1] for r in hits.select(F.explode("benchmarks").alias("b")).groupBy("b").count().collect()}
-            dropped = {r[0]: r[1] for r in hits.where(F.col("drop_reason").isNotNull()).groupBy("drop_reason").count().collect()}
-            self.metrics.extra["contamination"] = {"documents_hit": hits.count(), "per_benchmark": per_benchmark,
-                                                   "action": cfg.contamination.action}
-            current = (current.join(hits.select("doc_id", F.col("hits").alias("h"), F.col("text").alias("cut"),
-                                                F.col("drop_reason").alias("why")), "doc_id", "left")
-                       .where(F.col("why").isNull())
-                       .select("doc_id", F.coalesce("cut", "text").alias("text"), "paragraphs_removed",
-                               F.coalesce("h", F.lit(0)).alias("contamination_hits")))
+            with self.part(spark, "contamination"):
+                ngrams = contamination.load_eval_ngrams(cfg.contamination.eval_sets, cfg.contamination.text_fields,
+                                                        cfg.contamination.ngram)
+                hits = (current.select("doc_id", "text")
+                        .mapInArrow(lambda b: contamination.scan_batches(b, ngrams, cfg.contamination),
+                                    "doc_id string, hits int, benchmarks array<string>, text string, drop_reason string")
+                        .persist(StorageLevel.MEMORY_AND_DISK))
+                persisted.append(hits)
+                overwrite(hits.select("doc_id", "hits", "benchmarks", "drop_reason",
+                                      F.lit(cfg.contamination.action).alias("action")), self.table(cfg.tables.contamination))
+                per_benchmark = {r[0]: r[1] for r in hits.select(F.explode("benchmarks").alias("b")).groupBy("b").count().collect()}
+                dropped = {r[0]: r[1] for r in hits.where(F.col("drop_reason").isNotNull()).groupBy("drop_reason").count().collect()}
+                self.metrics.extra["contamination"] = {"documents_hit": hits.count(), "per_benchmark": per_benchmark,
+                                                       "action": cfg.contamination.action}
+                current = (current.join(hits.select("doc_id", F.col("hits").alias("h"), F.col("text").alias("cut"),
+                                                    F.col("drop_reason").alias("why")), "doc_id", "left")
+                           .where(F.col("why").isNull())
+                           .select("doc_id", F.coalesce("cut", "text").alias("text"), "paragraphs_removed",
+                                   F.coalesce("h", F.lit(0)).alias("contamination_hits")))
             self.stage("contamination", n_now, n_now - sum(dropped.values()), dropped)
-        out = (silver.select(*_SILVER_OUT).join(current, "doc_id")
-               .join(kept.select("doc_id", "cluster_id", "cluster_size"), "doc_id")
-               .withColumn("n_chars", F.length("text").cast("int"))
-               .withColumn("content_sha256", F.sha2("text", 256)))
-        result = merge_table(spark, out, self.table(cfg.tables.output), "doc_id", sync=True)
-        self.metrics.extra.update(table_version=result["version"], rows_inserted=result["inserted"],
-                                  rows_updated=result["updated"], rows_deleted=result["deleted"])
-        n_out = spark.read.format("delta").load(self.table(cfg.tables.output)).count()
-        kept.unpersist()
+        with self.part(spark, "output"):
+            out = (silver.select(*_SILVER_OUT).join(current, "doc_id")
+                   .join(kept.select("doc_id", "cluster_id", "cluster_size"), "doc_id")
+                   .withColumn("n_chars", F.length("text").cast("int"))
+                   .withColumn("content_sha256", F.sha2("text", 256)))
+            result = merge_table(spark, out, self.table(cfg.tables.output), "doc_id", sync=True)
+            self.metrics.extra.update(table_version=result["version"], rows_inserted=result["inserted"],
+                                      rows_updated=result["updated"], rows_deleted=result["deleted"])
+            n_out = spark.read.format("delta").load(self.table(cfg.tables.output)).count()
+        for df in persisted:
+            df.unpersist()
         return n_out
 
 

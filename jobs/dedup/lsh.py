@@ -97,35 +97,43 @@ def band_rows(signals):
             .select(F.col("band").cast("int").alias("band"), "band_hash", "doc_id"))
 
 
-def candidate_pairs(all_bands, new_bands, all_pairs_max_bucket: int, priority=None):
+def candidate_pairs(all_bands, new_bands, all_pairs_max_bucket: int, priority=None, touched_is_all: bool = False,
+                    cached: list | None = None):
     """(a, b) with a < b: pairs of the buckets that `new_bands` touch, from the whole band table.
 
     A bucket of more than `all_pairs_max_bucket` documents gives a star instead of all its pairs: every member
     paired with the bucket's head, the document the survivor rule ranks first (`priority`: doc_id, p_quality,
     p_time; highest quality, then newest, then smallest doc_id), else its smallest doc_id.  Centred on the
     likely survivor, every near-duplicate in the bucket gets a verified pair with the document that is kept.
-    Returns `(pairs, bucket_stats)`; bucket_stats has one row per touched bucket (band, band_hash, n)."""
+    `touched_is_all`: `all_bands` is `new_bands` (a full run), so every bucket is touched.
+    Returns `(pairs, bucket_stats)`; bucket_stats has one row per touched bucket (band, band_hash, n).
+    One shuffle by bucket counts the members; only buckets of two or more go on (most are single documents),
+    persisted and added to `cached` for the caller to unpersist."""
+    from pyspark import StorageLevel
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
-    touched = all_bands.join(new_bands.select("band", "band_hash").distinct(), ["band", "band_hash"], "left_semi")
-    buckets = (touched.groupBy("band", "band_hash")
-               .agg(F.count("*").alias("n"), F.min("doc_id").alias("head")).where("n > 1"))
-    small = (touched.join(buckets.where(F.col("n") <= all_pairs_max_bucket).select("band", "band_hash"),
-                          ["band", "band_hash"])
+    touched = all_bands if touched_is_all else \
+        all_bands.join(new_bands.select("band", "band_hash").distinct(), ["band", "band_hash"], "left_semi")
+    bucket = Window.partitionBy("band", "band_hash")
+    shared = (touched.withColumn("n", F.count("*").over(bucket)).where("n > 1")
+              .persist(StorageLevel.MEMORY_AND_DISK))
+    if cached is not None:
+        cached.append(shared)
+    buckets = shared.groupBy("band", "band_hash").agg(F.first("n").alias("n"), F.min("doc_id").alias("head"))
+    small = (shared.where(F.col("n") <= all_pairs_max_bucket)
              .groupBy("band", "band_hash").agg(F.array_sort(F.collect_list("doc_id")).alias("docs"))
              .select(F.expr("inline(flatten(transform(sequence(1, size(docs) - 1), i -> "
                             "transform(slice(docs, i + 1, size(docs) - i), d -> named_struct('a', docs[i - 1], 'b', d)))))")))
-    members = touched.join(buckets.where(F.col("n") > all_pairs_max_bucket).select("band", "band_hash", "head"),
-                           ["band", "band_hash"])
+    members = shared.where(F.col("n") > all_pairs_max_bucket).select("band", "band_hash", "doc_id")
+    first = Window.partitionBy("band", "band_hash").orderBy(F.desc_nulls_last("p_quality"), F.desc_nulls_last("p_time"),
+                                                             F.asc("doc_id"))
     if priority is not None:
-        first = Window.partitionBy("band", "band_hash").orderBy(
-            F.desc_nulls_last("p_quality"), F.desc_nulls_last("p_time"), F.asc("doc_id"))
-        heads = (members.join(priority.select("doc_id", "p_quality", "p_time"), "doc_id", "left")
-                 .withColumn("rank", F.row_number().over(first)).where("rank = 1")
-                 .select("band", "band_hash", F.col("doc_id").alias("best")))
-        members = members.join(heads, ["band", "band_hash"]).withColumn("head", F.col("best"))
-    large = (members.where(F.col("doc_id") != F.col("head"))
+        members = members.join(priority.select("doc_id", "p_quality", "p_time"), "doc_id", "left")
+    else:
+        members = members.select("*", F.lit(None).cast("double").alias("p_quality"),
+                                 F.lit(None).cast("timestamp").alias("p_time"))
+    large = (members.withColumn("head", F.first("doc_id").over(first)).where(F.col("doc_id") != F.col("head"))
              .select(F.least("head", "doc_id").alias("a"), F.greatest("head", "doc_id").alias("b")))
     pairs = small.unionByName(large).where("a != b").distinct()
     return pairs, buckets
