@@ -1,4 +1,5 @@
 """The megatron-core patches: each one still needed by the pinned megatron, each one correct, all removable."""
+import importlib
 import warnings
 
 import pytest
@@ -13,7 +14,8 @@ from trainer.backend import open_backend
 from trainer.model import build_model
 
 
-@pytest.mark.parametrize("patch", mp.CPU_PATCHES + mp.OPTIMIZER_PATCHES + mp.COMPILE_PATCHES, ids=lambda p: p.name)
+@pytest.mark.parametrize("patch", mp.CPU_PATCHES + mp.CPU_PIPELINE_PATCHES + mp.OPTIMIZER_PATCHES + mp.COMPILE_PATCHES,
+                         ids=lambda p: p.name)
 def test_each_patch_is_still_needed_by_the_pinned_megatron(patch):
     # Fails once an upgrade fixes what the patch works around: then delete the patch.
     assert mp.still_needed(patch), f"{patch.name}: {patch.why} no longer holds; remove the patch"
@@ -78,3 +80,30 @@ def test_applied_restores_every_original_even_after_an_error():
             raise RuntimeError("boom")
     assert (clip_grads.l2_norm_impl, clip_grads.multi_tensor_scale_impl,
             layers.get_tensor_model_parallel_group_if_none) == originals
+
+
+@pytest.mark.parametrize("patch", [mp.CPU_P2P_BUFFERS, mp.CPU_SCHEDULE_TOKENS], ids=lambda p: p.name)
+def test_pipeline_modules_see_the_cpu_as_their_cuda_device_inside_the_patch_only(patch):
+    module = importlib.import_module(patch.module)
+    with mp.applied((patch,)):
+        seen = module.torch
+        assert seen.cuda.current_device() == torch.device("cpu") and seen.cuda.synchronize() is None
+        assert seen.zeros([], dtype=torch.int, device="cuda").device.type == "cpu"   # schedules' token counter
+        received = seen.empty((3,), device=seen.cuda.current_device(), dtype=torch.int64)   # p2p's buffers
+        assert received.device.type == "cpu"
+        assert seen.Tensor is torch.Tensor and seen.distributed is torch.distributed   # the rest is torch
+    assert module.torch is torch
+
+
+def test_tied_embedding_setup_keeps_its_tensors_on_the_cpu_inside_the_patch_only():
+    from megatron.core.models.common.language_module.language_module import LanguageModule
+    weight = torch.ones(3)
+    with mp._CudaCopiesStayOnCpu():
+        assert weight.cuda() is weight
+        assert torch.equal(weight + 1, torch.full((3,), 2.0))   # other calls pass through
+    with mp.applied((mp.CPU_TIED_EMBEDDING,)):
+        assert LanguageModule.setup_embeddings_and_output_layer is mp.cpu_setup_embeddings_and_output_layer
+    assert LanguageModule.setup_embeddings_and_output_layer is mp._SETUP_EMBEDDINGS
+    if not torch.cuda.is_available():   # what the patch prevents: the shipped setup's .cuda() on a CPU machine
+        with pytest.raises((RuntimeError, AssertionError)):
+            weight.cuda()
