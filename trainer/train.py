@@ -53,8 +53,8 @@ RESUMABLE_CHANGES = ("schedule.log_interval", "schedule.checkpoint_interval", "s
                      "schedule.eval_interval", "schedule.eval_batches", "experiment", "remote.download_attempts",
                      "remote.drain_timeout_s",
                      # checkpoints hold whole (unsharded) state and batches do not depend on dp: a run may
-                     # resume at another tensor/data-parallel layout
-                     "parallel.tp", "parallel.dp", "data.prefetch",
+                     # resume at another tensor/pipeline/data-parallel layout
+                     "parallel.tp", "parallel.pp", "parallel.dp", "data.prefetch",
                      # downstream tasks only read the model
                      "evaluation.tasks", "evaluation.interval", "evaluation.max_examples", "evaluation.batch_size",
                      "lineage.detail")
