@@ -114,12 +114,14 @@ def write_silver(path: Path, chunks) -> dict:
 
 
 class PeakRss:
-    """The largest summed RSS of a process and its descendants, sampled every 0.5 s (psutil)."""
+    """The largest summed RSS of a process and its descendants, and their CPU seconds (each process's last
+    reading), sampled every 0.5 s (psutil): CPU time is the steadier figure on a shared machine."""
 
     def __init__(self, pid: int):
         import psutil
 
         self.root, self.peak, self._stop = psutil.Process(pid), 0, threading.Event()
+        self.cpu: dict[int, float] = {}
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
 
@@ -130,6 +132,9 @@ class PeakRss:
             try:
                 procs = [self.root, *self.root.children(recursive=True)]
                 self.peak = max(self.peak, sum(p.memory_info().rss for p in procs if p.is_running()))
+                for p in procs:
+                    t = p.cpu_times()
+                    self.cpu[p.pid] = t.user + t.system
             except psutil.Error:
                 pass
             self._stop.wait(0.5)
@@ -153,6 +158,7 @@ def run_job(lake: Path, master: str, overlay: Path, overrides=()) -> dict:
         rss = PeakRss(proc.pid)
         proc.wait()
         peak = rss.stop()
+    cpu = sum(rss.cpu.values())
     wall = time.monotonic() - start
     if proc.returncode:
         tail = (lake.parent / "job.log").read_text()[-3000:]
@@ -162,7 +168,7 @@ def run_job(lake: Path, master: str, overlay: Path, overrides=()) -> dict:
             "output_rows": m["output_rows"], "dropped": m["skipped"], "timings": m.get("timings"),
             "candidate_pairs": m.get("candidate_pairs"), "duplicate_edges": m.get("duplicate_edges"),
             "largest_bucket": m.get("largest_bucket"), "giant_buckets": m.get("giant_buckets"),
-            "components_on": m.get("components_on"), "peak_rss_mib": round(peak / 2**20),
+            "components_on": m.get("components_on"), "peak_rss_mib": round(peak / 2**20), "cpu_s": round(cpu, 1),
             "load_before": [round(x, 1) for x in load_before], "load_after": [round(x, 1) for x in os.getloadavg()]}
 
 
