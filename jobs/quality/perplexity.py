@@ -1,11 +1,13 @@
 """Perplexity under a per-language 5-gram KenLM, CCNet's recipe (cc_net `perplexity.py`, `text_normalizer.py`).
 
-Per document: each line is normalized (lowercase, accents removed, digits -> 0, Unicode punctuation unified,
-non-printing characters removed), cut into SentencePiece pieces, and scored by KenLM with sentence boundaries;
-perplexity = 10 ** (-sum(log10 p) / sum(pieces + 1)) over the lines.  The document's bucket is `head` below the
-language's 30th-percentile cut-off, `middle` below the 60th, else `tail` (cc_net `PerplexityBucket`).  The model of
-a language is a folder written by `python -m jobs.quality.train_kenlm`: `sp.model`, `lm.binary` and `model.json`
-(cut-offs, corpus, settings).  Pure functions here; the Spark side is the quality job's scorer plumbing.
+Per document, as cc_net's mine.py runs it: the text is normalized (lowercase, accents removed, digits -> 0, Unicode
+punctuation unified, non-printing characters removed: the newlines too, so the lines run together), cut into
+SentencePiece pieces, and scored by KenLM as one sentence with its boundaries: perplexity = 10 ** (-log10 p /
+(pieces + 1)).  cc_net's DocLM would split on newlines, but its MultiSentencePiece step has already deleted them;
+`per_line=True` scores line by line instead and pools the log-probs (what DocLM does on text that keeps them).
+The document's bucket is `head` below the language's 30th-percentile cut-off, `middle` below the 60th, else `tail`
+(cc_net `PerplexityBucket`).  The model of a language is a folder written by `python -m jobs.quality.train_kenlm`:
+`sp.model`, `lm.binary` and `model.json` (cut-offs, corpus, settings).  Pure functions here; the Spark side is the quality job's scorer plumbing.
 """
 from __future__ import annotations
 
@@ -82,11 +84,11 @@ class LanguageModel:
         """A normalized line as space-separated SentencePiece pieces: what KenLM was trained on."""
         return " ".join(self.sp.encode(normalize(line), out_type=str))
 
-    def score(self, text: str, per_line: bool = True) -> float | None:
+    def score(self, text: str, per_line: bool = False) -> float | None:
         """The document's perplexity; None when it has no text to score.
 
-        `per_line=False` is what cc_net's mine.py in effect runs: the whole document normalized at once, which
-        deletes its newlines (control characters), and scored as one sentence."""
+        `per_line=False` is what cc_net's mine.py runs (and what its published perplexities are): the whole
+        document normalized at once, which deletes its newlines (control characters), scored as one sentence."""
         lines = [n for n in map(normalize, text.split("\n") if per_line else [text]) if n]
         total, n_tokens = 0.0, 0
         for pieces in self.sp.encode(lines, out_type=str):     # one call for the document's lines
@@ -141,14 +143,14 @@ class PerplexityScorer:
     """The `perplexity` scorer (jobs/quality/scorers.py): `perplexity` and `perplexity_bucket` columns.
 
     Settings (`quality.scorers.perplexity`): `model_dir` ("" = <lake>/models/kenlm), `languages` ([] = every
-    trained one; a listed language without a model is an error), `per_line` (score line by line, as cc_net's
-    DocLM does).  Documents in a language without a model get a null perplexity and the bucket `no_model`.
+    trained one; a listed language without a model is an error), `per_line` (false: the document as one
+    sentence, as cc_net's mine.py; true: line by line).  Documents in a language without a model get a null perplexity and the bucket `no_model`.
     """
     name = "perplexity"
 
     def __init__(self) -> None:
         self.models: dict[str, LanguageModel] = {}
-        self.per_line = True
+        self.per_line = False
 
     def columns(self) -> dict[str, str]:
         return {"perplexity": "double", "perplexity_bucket": "string"}
@@ -159,7 +161,7 @@ class PerplexityScorer:
         if not wanted:
             raise ScorerError(f"scorer 'perplexity': no KenLM model under {root}; train one with "
                                     f"`{TRAIN_COMMAND} --language en` or set quality.scorers.perplexity.enabled=false")
-        self.per_line = bool(settings.get("per_line", True))
+        self.per_line = bool(settings.get("per_line", False))
         for language in wanted:
             folder = join(root, language)
             if not storage.exists(join(folder, META_FILE)):

@@ -145,7 +145,7 @@ def train(language: str, corpus_source: str, dest: str, settings: dict, *, cutof
         t2 = time.monotonic()
         import kenlm
         model = ppl.LanguageModel(language, sp, kenlm.Model(str(folder / ppl.LM_FILE)), None, {})
-        per_line = bool(settings.get("per_line", True))
+        per_line = bool(settings.get("per_line", False))
         cut = cutoffs(model, cut_docs, tuple(settings["percentiles"]), per_line)
         cut["source"] = cutoff_source or f"held-out {corpus_source}"
         meta = {
@@ -171,7 +171,7 @@ def main(argv: list[str] | None = None) -> int:
                         "(e.g. table:silver.documents); default: held-out reference documents")
     parser.add_argument("--out", help="model folder (default: <model_dir or <lake>/models/kenlm>/<language>)")
     args, cfg, paths, section, settings = training_cli(parser, argv, "perplexity")
-    settings["per_line"] = section.get("per_line", True)
+    settings["per_line"] = section.get("per_line", False)
     language = args.language or settings["language"]
     corpus = resolve_source(args.corpus or settings["corpus"], paths)
     cutoff = resolve_source(args.cutoff_corpus, paths) if args.cutoff_corpus else None

@@ -18,7 +18,7 @@ ADJECTIVES = ["old", "quiet", "green", "small", "northern", "wide", "early", "br
 
 SETTINGS = {"max_docs": 1000, "seed": 0, "heldout_fraction": 0.2, "cutoff_docs": 1000, "percentiles": [30, 60],
             "vocab_size": 200, "sp_model_type": "unigram", "character_coverage": 1.0, "sp_max_lines": 100000,
-            "order": 5, "prune": [], "memory": "100M", "threads": 1, "tools_dir": "", "per_line": True}
+            "order": 5, "prune": [], "memory": "100M", "threads": 1, "tools_dir": "", "per_line": False}
 
 
 def sentence(rng: random.Random) -> str:
@@ -90,6 +90,28 @@ def test_in_domain_text_has_lower_perplexity_than_gibberish(model_dir):
     shuffled = " ".join(random.Random(3).sample(document(rng).split(), 40))   # same words, no grammar
     assert model.score(document(rng)) < model.score(shuffled)
     assert model.score("") is None and model.score("\n \n") is None
+
+
+def test_a_document_is_scored_as_cc_net_mine_scores_it(model_dir):
+    """cc_net mine.py: MultiSentencePiece(normalize=True) over the whole raw_content, then DocLM over the pieces;
+    normalizing deletes the newlines, so the document is one KenLM sentence (pieces + one </s>)."""
+    dest, _ = model_dir
+    model = ppl.load_language_model(dest, "en")
+    text = document(random.Random(7), lines=3)
+    assert ppl.normalize(text).count("\n") == 0 and ppl.normalize("one.\nTwo") == "one.two"
+    pieces = model.sp.encode_as_pieces(ppl.normalize(text))
+    expected = round(10 ** (-model.lm.score(" ".join(pieces)) / (len(" ".join(pieces).split()) + 1)), 1)
+    assert model.score(text) == expected == model.score(text, per_line=False)
+    by_line = [model.sp.encode_as_pieces(ppl.normalize(line)) for line in text.split("\n")]
+    pooled = sum(model.lm.score(" ".join(p)) for p in by_line) / sum(len(p) + 1 for p in by_line)
+    assert model.score(text, per_line=True) == round(10 ** -pooled, 1) != expected
+
+
+def test_unicode_punctuation_and_digits_follow_cc_net_tests():
+    # cc_net tests/test_normalizer.py's cases through the whole normalize: digits go to 0 before the punctuation
+    # table, so the full-width "１" that replace_unicode_punct alone maps to '"' becomes "0", as in cc_net's normalize
+    assert ppl.normalize("，。、„”“«»１」「《》´∶：？！（）；–—．～’…━〈〉【】％") == ',.,"""""0""""\'::?!();- - . ~\'...-<>[]%'
+    assert ppl.normalize("０２３４５６７８９ | 0123456789") == "000000000 | 0000000000"
 
 
 def test_buckets_come_from_the_stored_cutoffs(model_dir):
