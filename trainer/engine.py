@@ -51,8 +51,9 @@ class CpuEngine:
 
     def __init__(self, cfg: TrainerConfig, backend: Backend, vocab_size: int):
         self.cfg, self.backend = cfg, backend
-        backend.dims.require_model_split(cfg.model.num_layers)
-        self.pipelined = backend.dims.pp > 1
+        self.pipelined = parallel_state.get_pipeline_model_parallel_world_size() > 1
+        if self.pipelined:
+            backend.dims.require_model_split(cfg.model.num_layers)
         if self.pipelined and cfg.evaluation.tasks and cfg.evaluation.interval:
             raise ConfigError("downstream evaluation (evaluation.tasks) scores with the whole model in one process; "
                               f"it does not run with parallel.pp={backend.dims.pp}: set evaluation.interval=0 "
