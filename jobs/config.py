@@ -38,6 +38,8 @@ class ExtractSettings:
     language: str | None
     extractor: str
     fallback_min_words: int
+    fallback_min_gain: float
+    comments_page_types: list[str]
     max_nesting_depth: int
     max_control_chars: float
     favor_precision: bool

@@ -40,3 +40,78 @@ def test_skips_say_why():
         "too_short", "no_main_text")
     huge = b"<html><body>" + b"<p>x</p>" * (CFG.max_html_bytes // 8 + 1) + b"</body></html>"
     assert extract_document(huge, 200, "text/html", None, "u", CFG) == "too_large"
+
+
+# --- which extractor's text the job keeps (jobs.text.main_text.choose_text and the fallback's comments) ---
+
+import dataclasses  # noqa: E402
+
+import pytest  # noqa: E402
+
+from jobs.text import main_text as main_text_module  # noqa: E402
+from jobs.text.main_text import choose_text, main_text, tidy  # noqa: E402
+
+SENTENCE = "Members compare notes on restoring old river boats with cedar planks and copper nails. "
+
+
+def forum_thread(posts: int) -> str:
+    """A thread page: a short opening post, then replies marked up as comments."""
+    replies = "".join(f"<li class='comment'><p>Reply {i}: {SENTENCE * 3}</p></li>" for i in range(posts))
+    return ("<html><head><title>Cedar planks?</title></head><body><nav><a href='/'>Home</a></nav>"
+            f"<article><h1>Cedar planks?</h1><p>Opening post: {SENTENCE * 4}</p></article>"
+            f"<section id='comments' class='comments'><ol>{replies}</ol></section></body></html>")
+
+
+def test_a_long_primary_text_is_kept_without_running_the_fallback():
+    primary = " ".join(["word"] * CFG.fallback_min_words)
+    assert choose_text(primary, lambda: pytest.fail("the fallback ran"), CFG) == primary
+
+
+def test_a_short_primary_text_gives_way_only_to_a_clearly_longer_fallback():
+    short = "Title only and five words"
+    longer = " ".join(["w"] * int(5 * CFG.fallback_min_gain + 1))
+    barely = " ".join(["w"] * int(5 * CFG.fallback_min_gain))
+    assert choose_text(short, lambda: longer, CFG) == longer
+    assert choose_text(short, lambda: barely, CFG) == short  # not `fallback_min_gain` times as many words
+    assert choose_text("", lambda: "anything", CFG) == "anything"
+
+
+def test_tidy_drops_the_blank_layout_lines_rs_trafilatura_leaves():
+    assert tidy("Title\n   \n\t\n  body text  \n\n") == "Title\nbody text"
+    assert tidy(None) == ""
+
+
+def test_comments_are_main_text_on_forums_only(monkeypatch):
+    page = forum_thread(posts=8)
+    calls = []
+
+    def rs_misses_the_posts(page_type):
+        def fake(html, url, cfg):  # rs-trafilatura's answer on a thread it misses: the title and little else
+            return "Cedar planks?", "Cedar planks?", page_type
+        return fake
+
+    real_trafilatura = main_text_module._trafilatura
+    monkeypatch.setattr(main_text_module, "_trafilatura",
+                        lambda html, url, cfg, include_comments=None: calls.append(include_comments)
+                        or real_trafilatura(html, url, cfg, include_comments))
+    monkeypatch.setattr(main_text_module, "_rs_trafilatura", rs_misses_the_posts("forum"))
+    _, forum_text, _ = main_text(page, "https://boats.example/t/1", CFG)
+    monkeypatch.setattr(main_text_module, "_rs_trafilatura", rs_misses_the_posts("article"))
+    _, article_text, _ = main_text(page, "https://boats.example/t/1", CFG)
+    assert calls == [True, False]
+    assert "Reply 7:" in forum_text and "Opening post" in forum_text  # the replies are the thread
+    assert "Reply 7:" not in article_text and "Opening post" in article_text
+
+
+def test_with_comments_off_no_page_type_keeps_them(monkeypatch):
+    cfg = dataclasses.replace(CFG, include_comments=False)
+    monkeypatch.setattr(main_text_module, "_rs_trafilatura", lambda html, url, c: ("t", "t", "forum"))
+    _, text, _ = main_text(forum_thread(posts=8), None, cfg)
+    assert "Reply 7:" not in text and "Opening post" in text
+
+
+def test_the_real_extractors_leave_the_comments_off_a_page_typed_as_an_article():
+    result = extract_document(forum_thread(posts=8).encode(), 200, "text/html", "utf-8", "https://boats.example/t/1", CFG)
+    assert isinstance(result, Extracted) and result.page_type == "article"  # rs-trafilatura's reading of it
+    assert "Opening post" in result.text and "Reply" not in result.text
+    assert "\n\n" not in result.text and all(line == line.strip() for line in result.text.splitlines())
