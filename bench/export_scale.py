@@ -46,7 +46,7 @@ def main(documents: int = 200_000, mean_tokens: int = 300, tokens_per_shard: int
         gold = (spark.range(documents, numPartitions=8)
                 .select(F.sha1(F.col("id").cast("string")).alias("doc_id"),
                         F.concat(F.lit("http://bench.weblm.test/"), F.col("id")).alias("url"), n.alias("n"))
-                .select("doc_id", "url",
+                .select("doc_id", "url", F.lit("web").alias("source"), F.lit("en").alias("language"),
                         F.expr(f"transform(sequence(1, n), k -> cast(3 + pmod(hash(doc_id, k), {vocab - 3}) as int))")
                         .alias("tokens"), F.col("n").alias("n_tokens"),
                         F.lit(bpe.sha256_hex(model)).alias("tokenizer_sha256"), F.lit("x").alias("text_sha256")))

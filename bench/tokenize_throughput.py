@@ -72,8 +72,9 @@ def main(repeat: int = 6, vocab: int = 8192) -> dict:
     spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", str(rows))
     try:
         with tempfile.TemporaryDirectory(prefix="weblm-bench-") as tmp:
-            data = [(f"doc-{i:07d}", f"http://bench.weblm.test/{i}", t, "h") for i, t in enumerate(texts)]
-            (spark.createDataFrame(data, "doc_id string, url string, text string, content_sha256 string")
+            data = [(f"doc-{i:07d}", f"http://bench.weblm.test/{i}", "web", "en", t, "h") for i, t in enumerate(texts)]
+            (spark.createDataFrame(data, "doc_id string, url string, source string, language string, text string, "
+                                         "content_sha256 string")
              .repartition(2).write.parquet(f"{tmp}/docs"))
             docs = spark.read.parquet(f"{tmp}/docs")
             encoded = docs.mapInArrow(lambda it: encode_arrow(it, model, digest), gold_schema())

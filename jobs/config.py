@@ -1,7 +1,7 @@
 """Typed view of `conf/jobs.yaml`: every setting of the Spark jobs, with its default."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Iterable
 
 from conf import load
@@ -140,8 +140,16 @@ class TokenizeSettings:
 
 @dataclass(frozen=True)
 class SourceRule:
+    """A document is of `source` when every condition the rule gives holds (URL regex, language, quality)."""
     source: str
-    url_pattern: str
+    url_pattern: str = ""                # Java regex searched in the URL ("" = any URL)
+    languages: list[str] = field(default_factory=list)   # the quality stage's language codes ([] = any)
+    min_quality: float | None = None     # quality_score at least this (the classifier/heuristic score)
+
+    def __post_init__(self):
+        if not (self.url_pattern or self.languages or self.min_quality is not None):
+            raise ValueError(f"source rule {self.source!r} gives no condition: set url_pattern, languages "
+                             "or min_quality (export.mix.default_source names the source of the rest)")
 
 
 @dataclass(frozen=True)
@@ -152,6 +160,7 @@ class MixSettings:
     default_source: str
     rules: list[SourceRule]
     mixes: dict
+    schedules: dict = field(default_factory=dict)   # name -> [{stage, mix, share}]: stages trained in order
 
 
 @dataclass(frozen=True)

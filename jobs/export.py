@@ -34,6 +34,7 @@ log = logging.getLogger("weblm.jobs.export")
 FORMAT = "megatron-indexed/1"
 MANIFEST = "manifest.json"
 MIX_APPLIED_BY = "export"  # SEAMS §4: the shards hold the sampled mix; the trainer blends shards by size only
+STAGE_STRIDE = 2 ** 40     # raw shard numbers of stage k start at k * STAGE_STRIDE: no shard spans two stages
 
 
 class ExportValidationError(RuntimeError):
@@ -86,12 +87,19 @@ class ExportJob(SparkJob):
         try:
             manifest = json.loads(storage.read_text(manifest_path))
         except ValueError:
+            log.warning("export: %s is not JSON; exporting again", manifest_path)
             return False
         gold = manifest.get("sources", {}).get("gold.tokens", {})
-        return (gold.get("path") == self.paths.table("gold.tokens") and gold.get("version") == version
-                and manifest.get("config_sha256") == config_sha
-                and all(storage.exists(storage.join(self.paths.shards_dir, s["prefix"] + suffix))
-                        for s in manifest.get("shards", []) for suffix in SHARD_FILES))
+        stale = [why for why, holds in (
+            (f"it names gold.tokens {gold.get('path')} v{gold.get('version')}",
+             gold.get("path") == self.paths.table("gold.tokens") and gold.get("version") == version),
+            ("the export settings changed", manifest.get("config_sha256") == config_sha),
+            ("some of its shard files are missing",
+             all(storage.exists(storage.join(self.paths.shards_dir, s["prefix"] + suffix))
+                 for s in manifest.get("shards", []) for suffix in SHARD_FILES))) if not holds]
+        if stale:
+            log.info("export: the manifest is stale (%s); exporting gold.tokens v%d", "; ".join(stale), version)
+        return not stale
 
     def run_job(self, spark, args):
         cfg = self.cfg.export
@@ -146,14 +154,21 @@ class ExportJob(SparkJob):
         return sorted((r.asDict() for r in results), key=lambda s: s["index"])
 
     def plan(self, spark, gold) -> dict:
-        """Sample the mix, shuffle, and place every copy in a shard, from per-bucket sums only."""
+        """Sample the mix (stage by stage), shuffle, and place every copy in a shard, from per-bucket sums only.
+
+        One stage ("main") for a plain mix; a schedule (`export.mix.schedules`) gives each stage its own
+        sample, by its own hash, of its share of the tokens, its own shuffle and its own shards, in order.
+        """
         from pyspark.sql import Window
         from pyspark.sql import functions as F
 
         cfg = self.cfg.export
-        weights = mixing.mix_weights(cfg.mix)
-        docs = gold.select("doc_id", "url", "n_tokens").withColumn(
-            "source", mixing.source_column(F.col("url"), cfg.mix.rules, cfg.mix.default_source))
+        stages = mixing.mix_stages(cfg.mix)
+        scheduled = cfg.mix.name in cfg.mix.schedules
+        if "source" not in gold.columns:
+            raise ValueError("gold.tokens has no source column (it was made before documents were tagged); "
+                             "rerun the tokenize stage (python -m jobs.tokens), which adds it without re-encoding")
+        docs = gold.select("doc_id", "url", "n_tokens", "source")
         counts = docs.groupBy("source").agg(
             F.count(F.lit(1)).alias("docs"), F.sum(F.col("n_tokens") + 1).alias("tokens"),
             F.sum(F.when(F.col("n_tokens") == 0, 1).otherwise(0)).alias("empty")).collect()
@@ -162,33 +177,45 @@ class ExportJob(SparkJob):
         if empty:  # nothing to learn from a lone EOD; counted, not exported
             self.metrics.skip("empty_document", empty)
         in_tokens = {s: t - e for s, (_, t, e) in per_source.items()}
-        rates = mixing.sampling_rates(in_tokens, weights, cfg.mix.total_tokens)
-        rate = F.lit(0.0)
-        for source, r in rates.items():
-            rate = F.when(F.col("source") == source, F.lit(float(r))).otherwise(rate)
+        total = cfg.mix.total_tokens or sum(in_tokens.values())
+        rate_rows = []
+        for k, stage in enumerate(stages):
+            weights = stage["weights"] or ({s: t for s, t in in_tokens.items() if t} if scheduled else {})
+            stage["rates"] = mixing.sampling_rates(in_tokens, weights, round(stage["share"] * total) if scheduled
+                                                   else cfg.mix.total_tokens)
+            rate_rows += [(k, stage["stage"], source, float(r)) for source, r in stage["rates"].items()]
+        rates = spark.createDataFrame(rate_rows or [(-1, "", "", 0.0)],
+                                      "stage_index int, stage string, source string, rate double")
         buckets = max(1, cfg.order_buckets)
-        sampled = (docs.where(F.col("n_tokens") > 0)
-                   .withColumn("copies", mixing.copies_column(rate, mixing.unit_hash(cfg.mix.seed, F.col("doc_id"))))
+        # a plain mix keeps its hashes free of the stage, so its sample and order do not depend on stage names
+        salt = [F.col("stage")] if scheduled else []
+        sampled = (docs.where(F.col("n_tokens") > 0).join(F.broadcast(rates), "source")
+                   .withColumn("copies", mixing.copies_column(
+                       F.col("rate"), mixing.unit_hash(cfg.mix.seed, *salt, F.col("doc_id"))))
                    .where(F.col("copies") > 0)
                    .withColumn("copy", F.explode(F.sequence(F.lit(0), F.col("copies") - 1)))
                    .withColumn("length", (F.col("n_tokens") + 1).cast("long"))
-                   .withColumn("key", F.xxhash64(F.lit(int(cfg.shuffle_seed)), F.col("doc_id"), F.col("copy")))
-                   .withColumn("bucket", F.least(F.floor((F.col("key").cast("double") / float(2 ** 64) + 0.5)
-                                                         * buckets), F.lit(buckets - 1)).cast("int")))
+                   .withColumn("key", F.xxhash64(F.lit(int(cfg.shuffle_seed)), *salt, F.col("doc_id"), F.col("copy")))
+                   .withColumn("bucket", (F.col("stage_index") * buckets + F.least(
+                       F.floor((F.col("key").cast("double") / float(2 ** 64) + 0.5) * buckets),
+                       F.lit(buckets - 1))).cast("int")))
         sums = sorted((int(r["bucket"]), int(r["docs"]), int(r["tokens"])) for r in sampled.groupBy("bucket").agg(
             F.count(F.lit(1)).alias("docs"), F.sum("length").alias("tokens")).collect())
-        offsets, doc_base, token_base = [], 0, 0
+        offsets, doc_base, token_base, stage_base = [], 0, 0, {}
         for bucket, n_docs, n_tokens in sums:  # prefix sums: where each bucket starts, in documents and tokens
-            offsets.append((bucket, doc_base, token_base))
+            stage_base.setdefault(bucket // buckets, token_base)   # a stage's shards start at its first token
+            offsets.append((bucket, doc_base, token_base, stage_base[bucket // buckets]))
             doc_base, token_base = doc_base + n_docs, token_base + n_tokens
         window = shard_window(token_base, cfg.target_tokens_per_shard, cfg.max_shards)
         in_bucket = Window.partitionBy("bucket").orderBy("key", "doc_id", "copy")
-        starts = spark.createDataFrame(offsets or [(0, 0, 0)], "bucket int, doc_base long, token_base long")
+        starts = spark.createDataFrame(offsets or [(0, 0, 0, 0)],
+                                       "bucket int, doc_base long, token_base long, stage_base long")
         located = (sampled.join(F.broadcast(starts), "bucket")
                    .withColumn("ordinal", F.col("doc_base") + F.row_number().over(in_bucket) - 1)
                    .withColumn("start", F.col("token_base") + F.sum("length").over(in_bucket) - F.col("length"))
-                   .withColumn("raw_shard", F.floor(F.col("start") / F.lit(window)).cast("long"))
-                   .select("doc_id", "url", "source", "copy", "length", "ordinal", "raw_shard")).persist()
+                   .withColumn("raw_shard", F.col("stage_index").cast("long") * STAGE_STRIDE
+                               + F.floor((F.col("start") - F.col("stage_base")) / F.lit(window)).cast("long"))
+                   .select("doc_id", "url", "source", "stage", "copy", "length", "ordinal", "raw_shard")).persist()
         stats = sorted((int(r["raw_shard"]), int(r["first"]), int(r["docs"]), int(r["tokens"]))
                        for r in located.groupBy("raw_shard").agg(
                            F.min("ordinal").alias("first"), F.count(F.lit(1)).alias("docs"),
@@ -197,25 +224,39 @@ class ExportJob(SparkJob):
         dense = spark.createDataFrame(shard_rows or [(-1, -1, 0)], "raw_shard long, shard int, first long")
         placed = (located.join(F.broadcast(dense), "raw_shard")
                   .withColumn("i", (F.col("ordinal") - F.col("first")).cast("long"))
-                  .select("shard", "i", "doc_id", "url", "source", "copy", "length"))
-        out_tokens = {r["source"]: int(r["tokens"]) for r in
-                      located.groupBy("source").agg(F.sum("length").alias("tokens")).collect()}
-        mix = {"name": cfg.mix.name, "applied_by": MIX_APPLIED_BY, "seed": cfg.mix.seed, "weights": weights,
-               "rates": {s: round(r, 6) for s, r in sorted(rates.items())},
-               "realized": mixing.realized_mix(out_tokens, weights, in_tokens)}
+                  .select("shard", "i", "doc_id", "url", "source", "stage", "copy", "length"))
+        out_tokens = {}
+        for r in located.groupBy("stage", "source").agg(F.sum("length").alias("tokens")).collect():
+            out_tokens.setdefault(r["stage"], {})[r["source"]] = int(r["tokens"])
+        mix_stages = []
+        for k, stage in enumerate(stages):
+            shards = [index for index, (raw, _, _, _) in enumerate(stats) if raw // STAGE_STRIDE == k]
+            mix_stages.append({
+                "stage": stage["stage"], "mix": stage["mix"], "share": round(stage["share"], 6),
+                "weights": stage["weights"], "rates": {s: round(r, 6) for s, r in sorted(stage["rates"].items())},
+                "realized": mixing.realized_mix(out_tokens.get(stage["stage"], {}), stage["weights"], in_tokens),
+                "tokens": sum(out_tokens.get(stage["stage"], {}).values()), "shards": shards})
+        mix = {"name": cfg.mix.name, "applied_by": MIX_APPLIED_BY, "seed": cfg.mix.seed, "stages": mix_stages}
+        if not scheduled:  # a plain mix: its one stage's figures at the top, as SEAMS §4 shows them
+            mix.update({k: mix_stages[0][k] for k in ("weights", "rates", "realized")})
         self.metrics.extra.update(mix=mix, order_buckets=buckets, shard_window_tokens=window)
-        for source, row in mix["realized"].items():
-            log.info("export: mix %s, source %s: %d -> %d tokens, share %.3f (target %s)", cfg.mix.name, source,
-                     row["input_tokens"], row["tokens"], row["share"], row["target_share"])
+        for stage in mix_stages:
+            for source, row in stage["realized"].items():
+                log.info("export: mix %s, stage %s, source %s: %d -> %d tokens, share %.3f (target %s)",
+                         cfg.mix.name, stage["stage"], source, row["input_tokens"], row["tokens"], row["share"],
+                         row["target_share"])
+            if not stage["shards"]:
+                log.warning("export: stage %s of mix %s samples no document", stage["stage"], cfg.mix.name)
         if not stats:
             located.unpersist()
             raise ValueError(f"nothing to export from gold.tokens: {empty} empty documents, and the mix "
-                             f"{cfg.mix.name!r} {weights or '(natural)'} keeps no other; check export.mix")
+                             f"{cfg.mix.name!r} {[s['weights'] or '(natural)' for s in stages]} keeps no other; "
+                             "check export.mix")
         return {"placed": placed, "located": located, "shards": len(stats), "window": window, "mix": mix,
                 "expected": {index: (docs, tokens) for index, (_, _, docs, tokens) in enumerate(stats)},
                 "input_documents": sum(d for d, _, _ in per_source.values()),
                 "gold_tokens": sum(in_tokens.values()), "out_tokens": token_base, "out_documents": doc_base,
-                "natural": not weights}
+                "natural": not scheduled and not stages[0]["weights"]}
 
     def validate(self, spark, staging, written, plan, tokenizer, dtype) -> None:
         """Every check before a manifest may exist; all problems at once, then stop."""
@@ -256,7 +297,7 @@ class ExportJob(SparkJob):
             silver = (spark.read.format("delta").option("versionAsOf", silver_version)
                       .load(self.table("silver.documents")).select("doc_id", "warc_file", "warc_offset"))
         lineage = (placed.join(F.broadcast(prefixes), "shard").join(silver, "doc_id", "left")
-                   .select(F.col("shard_prefix").alias("shard"), "i", "doc_id", "copy", "source", "url",
+                   .select(F.col("shard_prefix").alias("shard"), "i", "doc_id", "copy", "source", "stage", "url",
                            "warc_file", "warc_offset"))
         lineage.write.format("delta").mode("overwrite").option("overwriteSchema", "true").save(path)
         return {"path": self.paths.table(self.cfg.export.lineage_table), "version": table_version(spark, path)}
@@ -286,14 +327,20 @@ class ExportJob(SparkJob):
                     f"{prefix}.bin in {shards_dir} has sha256 {found[:12]}…, the writer hashed "
                     f"{hashed[:12]}…; no manifest written, rerun jobs.export")
         committed = commit_info(spark, gold_path, version)["timestamp"]
-        shards = [{k: s[k] for k in ("prefix", "documents", "tokens", "bin_sha256", "idx_sha256", "docs",
-                                     "docs_sha256")} for s in written]
+        stage_of = {index: stage["stage"] for stage in plan["mix"]["stages"] for index in stage["shards"]}
+        shards = [{**{k: s[k] for k in ("prefix", "documents", "tokens", "bin_sha256", "idx_sha256", "docs",
+                                        "docs_sha256")}, "stage": stage_of[s["index"]]} for s in written]
+        stages = [{"name": stage["stage"], "mix": stage["mix"], "share": stage["share"],
+                   "shards": [s["prefix"] for s in written if s["index"] in set(stage["shards"])],
+                   "documents": sum(s["documents"] for s in written if s["index"] in set(stage["shards"])),
+                   "tokens": sum(s["tokens"] for s in written if s["index"] in set(stage["shards"]))}
+                  for stage in plan["mix"]["stages"]]
         manifest = {
             "format": FORMAT,
             "created": committed.replace(tzinfo=committed.tzinfo or timezone.utc).isoformat(),
             "sources": sources, "tokenizer": tokenizer, "dtype": np.dtype(dtype).name, "shards": shards,
             "totals": {"documents": sum(s["documents"] for s in shards), "tokens": sum(s["tokens"] for s in shards)},
-            "mix": plan["mix"], "shuffle_seed": self.cfg.export.shuffle_seed, "lineage": lineage,
+            "mix": plan["mix"], "stages": stages, "shuffle_seed": self.cfg.export.shuffle_seed, "lineage": lineage,
             "config_sha256": config_sha,
         }
         manifest["sha256"] = canonical_sha256(manifest)

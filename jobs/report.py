@@ -258,7 +258,15 @@ def export_stage(lake: Lake) -> dict:
     return _stage("export", tables, input_, kept, dropped, manifest=manifest_path,
                   shards=len(manifest.get("shards", [])), sequences=int(totals.get("documents", 0)),
                   shard_tokens=int(totals.get("tokens", 0)), mix=manifest.get("mix", {}).get("name"),
-                  realized_mix=manifest.get("mix", {}).get("realized", {}))
+                  realized_mix=realized_mix(manifest.get("mix", {})))
+
+
+def realized_mix(mix: dict) -> dict:
+    """source -> realized row; a staged mix's rows are keyed `<stage>/<source>`, in stage order."""
+    if "realized" in mix:
+        return mix["realized"]
+    return {f"{stage['stage']}/{source}": row for stage in mix.get("stages", [])
+            for source, row in stage["realized"].items()}
 
 
 STAGE_READERS = (("ingest", ingest_stage), ("extract", extract_stage), ("quality", quality_stage),

@@ -24,7 +24,8 @@ from jobs.text import bpe
 
 log = logging.getLogger("weblm.jobs.tokenize")
 
-GOLD_COLUMNS = ("doc_id", "url", "tokens", "n_tokens", "tokenizer_sha256", "text_sha256")
+GOLD_COLUMNS = ("doc_id", "url", "source", "language", "tokens", "n_tokens", "tokenizer_sha256", "text_sha256")
+TAG_COLUMNS = ("source", "language")  # re-tagged in place (no re-encoding) when the rules or the language change
 
 
 def gold_schema():
@@ -33,6 +34,8 @@ def gold_schema():
     return T.StructType([
         T.StructField("doc_id", T.StringType()),
         T.StructField("url", T.StringType()),
+        T.StructField("source", T.StringType()),     # export.mix.rules' tag: the mix samples by it
+        T.StructField("language", T.StringType()),   # the quality stage's language ("und" when unknown)
         T.StructField("tokens", T.ArrayType(T.IntegerType())),
         T.StructField("n_tokens", T.IntegerType()),
         T.StructField("tokenizer_sha256", T.StringType()),
@@ -53,7 +56,7 @@ def token_lists(ids: list[list[int]]):
 
 
 def encode_arrow(batches, model: bytes, digest: str):
-    """`mapInArrow` body: (doc_id, url, text, content_sha256) batches -> gold rows.  `model` travels in the
+    """`mapInArrow` body: (doc_id, url, source, language, text, content_sha256) batches -> gold rows.  `model` travels in the
     closure (a few hundred KB) and is loaded once per Python worker (`bpe.processor` caches by hash)."""
     import pyarrow as pa
 
@@ -63,7 +66,8 @@ def encode_arrow(batches, model: bytes, digest: str):
         texts = [t or "" for t in batch.column("text").to_pylist()]
         tokens, lengths = token_lists(sp.encode(texts))  # one call per batch: SentencePiece loops in C++
         yield pa.RecordBatch.from_arrays(
-            [batch.column("doc_id"), batch.column("url"), tokens, lengths,
+            [batch.column("doc_id"), batch.column("url"), batch.column("source"), batch.column("language"),
+             tokens, lengths,
              pa.array([digest] * batch.num_rows, pa.string()), batch.column("content_sha256")],
             names=list(GOLD_COLUMNS))
 
@@ -112,7 +116,7 @@ class TokenizeJob(SparkJob):
             self.metrics.extra["sample_includes_heldout"] = True
             train = silver
         train = (train
-                 .withColumn("source", mixing.source_column(F.col("url"), mix.rules, mix.default_source))
+                 .withColumn("source", mixing.source_tag(train, mix))
                  .withColumn("language", F.coalesce(F.col("language"), F.lit("und")))
                  .withColumn("rank", F.sha1(F.col("doc_id"))))
         train = train.withColumn("chars", F.length(F.coalesce(F.col("text"), F.lit(""))))
@@ -209,28 +213,48 @@ class TokenizeJob(SparkJob):
         if trained:
             self.metrics.extra["fertility"] = self.fertility(silver, model, digest)
         gold_path = self.table("gold.tokens")
-        inputs = silver.select("doc_id", "url", "text", "content_sha256")
-        if args.full or table_version(spark, gold_path) is None:
+        language = F.coalesce(F.col("language"), F.lit("und")) if "language" in silver.columns else F.lit("und")
+        inputs = silver.select("doc_id", "url", mixing.source_tag(silver, self.cfg.export.mix).alias("source"),
+                               language.alias("language"), "text", "content_sha256")
+        retag = None
+        exists = table_version(spark, gold_path) is not None
+        gold = spark.read.format("delta").load(gold_path) if exists else None
+        if exists and not set(TAG_COLUMNS) <= set(gold.columns):
+            log.warning("tokenize: gold.tokens predates its source/language columns; rewriting it whole")
+            args.full = True
+        if args.full or not exists:
             todo, gone = inputs, None
         else:  # new documents, documents whose text changed, and any made with another tokenizer
-            gold = spark.read.format("delta").load(gold_path)
             made = gold.where(F.col("tokenizer_sha256") == digest).select(
-                "doc_id", F.col("text_sha256").alias("content_sha256"))
-            todo = inputs.join(made, ["doc_id", "content_sha256"], "left_anti")
+                "doc_id", F.col("text_sha256").alias("content_sha256"), *TAG_COLUMNS)
+            todo = inputs.join(made.drop(*TAG_COLUMNS), ["doc_id", "content_sha256"], "left_anti")
             gone = gold.select("doc_id").join(silver.select("doc_id"), "doc_id", "left_anti")
+            # same text, new tag (the rules or the language changed): the tokens stay, only the tags move
+            moved = (inputs.select("doc_id", "content_sha256", *[F.col(c).alias("new_" + c) for c in TAG_COLUMNS])
+                     .join(made, ["doc_id", "content_sha256"])
+                     .where(" OR ".join(f"NOT (new_{c} <=> {c})" for c in TAG_COLUMNS)))
+            retag = (gold.join(moved.select("doc_id", *["new_" + c for c in TAG_COLUMNS]), "doc_id")
+                     .select(*[F.col("new_" + c).alias(c) if c in TAG_COLUMNS else F.col(c) for c in GOLD_COLUMNS]))
         self.metrics.extra.update(table="gold.tokens", mode="full" if args.full else "incremental",
                                   tokenizer_sha256=digest, tokenizer_model=path, **info)
-        if is_empty(todo) and (gone is None or is_empty(gone)):
+        if is_empty(todo) and (gone is None or is_empty(gone)) and (retag is None or is_empty(retag)):
             log.info("tokenize: nothing new in %s since the last run; no table changed", cfg.input_table)
             self.metrics.extra["table_version"] = table_version(spark, gold_path)
             return
         batch_key = "spark.sql.execution.arrow.maxRecordsPerBatch"
         previous_batch = spark.conf.get(batch_key, None)
         spark.conf.set(batch_key, str(cfg.batch_rows))
-        tokens = todo.mapInArrow(lambda batches: encode_arrow(batches, model, digest), gold_schema()).persist()
+        tokens = todo.mapInArrow(lambda batches: encode_arrow(batches, model, digest), gold_schema())
+        if retag is not None:
+            self.metrics.extra["retagged"] = retag.count()
+            tokens = tokens.unionByName(retag)
+        tokens = tokens.persist()
         try:  # the idempotent write compares before it merges: encode once, not per comparison
             self.metrics.input_rows = tokens.count()
-            if args.full:
+            if exists and not set(TAG_COLUMNS) <= set(gold.columns):
+                tokens.write.format("delta").mode("overwrite").option("overwriteSchema", "true").save(gold_path)
+                result = {"inserted": self.metrics.input_rows, "updated": 0, "deleted": 0}
+            elif args.full:
                 result = merge_table(spark, tokens, gold_path, "doc_id", sync=True)
             else:
                 result = upsert_table(spark, tokens, gold_path, "doc_id", delete_keys=gone)

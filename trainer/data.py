@@ -86,39 +86,79 @@ class Batch:
 
 
 @dataclass
+class StageData:
+    """One stage of the manifest's mix: an epoch of its shards, and where it sits in the run's samples."""
+    name: str
+    train: BlendedDataset | GPTDataset   # one epoch of the stage's training split
+    shard_ids: list[int]                 # manifest shard id of each of the stage's datasets, in blend order
+    start: int                           # the run sample where the stage begins
+    end: int | None                      # where the next stage begins; None: the last stage, repeated to the end
+
+
+@dataclass
 class Datasets:
-    train: BlendedDataset | GPTDataset   # one epoch of the training split (a GPTDataset when there is one shard)
-    valid: BlendedDataset | GPTDataset | None
-    doc_ids: list[list[str]]       # per shard (= blended dataset id): doc_id of each sequence
+    stages: list[StageData]        # in training order; one for a plain mix
+    valid: BlendedDataset | GPTDataset | None   # the first stage's validation split
+    doc_ids: list[list[str]]       # per manifest shard: doc_id of each sequence
     shard_names: list[str]
     seed: int
     source_names: list[str] = field(default_factory=list)   # the mix sources, sorted
     sources: list[list[int]] = field(default_factory=list)   # per shard: index into source_names of each sequence
 
+    @property
+    def train(self) -> BlendedDataset | GPTDataset:
+        """The first stage's training epoch (the whole of it for a plain mix)."""
+        return self.stages[0].train
+
+    @property
+    def staged(self) -> bool:
+        return len(self.stages) > 1
+
     def shard_dataset(self, shard_id: int) -> GPTDataset:
-        return self.train.datasets[shard_id] if isinstance(self.train, BlendedDataset) else self.train
+        for stage in self.stages:
+            if shard_id in stage.shard_ids:
+                local = stage.shard_ids.index(shard_id)
+                return stage.train.datasets[local] if isinstance(stage.train, BlendedDataset) else stage.train
+        raise IndexError(f"shard {shard_id} is in no stage")
 
-    def locate(self, epoch_sample: int, split: BlendedDataset | GPTDataset | None = None) -> tuple[int, int]:
-        """(shard id, that shard's sample number) of one sample of the one-epoch training dataset (or `split`)."""
-        split = self.train if split is None else split
+    def locate(self, epoch_sample: int, split: BlendedDataset | GPTDataset | None = None,
+               stage: int = 0) -> tuple[int, int]:
+        """(manifest shard id, that shard's sample number) of one sample of a stage's training epoch (or of
+        `split`, a split of the first stage)."""
+        split = self.stages[stage].train if split is None else split
         if isinstance(split, BlendedDataset):
-            return int(split.dataset_index[epoch_sample]), int(split.dataset_sample_index[epoch_sample])
-        return 0, epoch_sample
+            local, sample = int(split.dataset_index[epoch_sample]), int(split.dataset_sample_index[epoch_sample])
+        else:
+            local, sample = 0, epoch_sample
+        return self.stages[stage].shard_ids[local], sample
 
-    def draw(self, index: int) -> tuple[int, int]:
-        """(epoch, one-epoch sample) that run sample `index` is."""
-        epoch, position = divmod(index, len(self.train))
-        return epoch, int(epoch_order(self.seed, epoch, len(self.train))[position])
+    def stage_of(self, index: int) -> int:
+        return next(k for k, stage in enumerate(self.stages) if stage.end is None or index < stage.end)
+
+    def draw(self, index: int) -> tuple[int, int, int]:
+        """(stage, epoch, one-epoch sample of that stage) that run sample `index` is."""
+        k = self.stage_of(index)
+        stage = self.stages[k]
+        epoch, position = divmod(index - stage.start, len(stage.train))
+        return k, epoch, int(epoch_order(self.seed, epoch, len(stage.train), k)[position])
+
+    def sample(self, index: int) -> dict[str, Any]:
+        """Run sample `index`: megatron's tokens, labels, masks and positions."""
+        k, _, epoch_sample = self.draw(index)
+        return self.stages[k].train[epoch_sample]
 
 
-@lru_cache(maxsize=2)  # the current epoch's order (and the next one's, at an epoch boundary)
-def epoch_order(seed: int, epoch: int, n: int) -> np.ndarray:
-    """The order in which epoch `epoch` visits the n samples; RandomState's stream is frozen across numpy releases."""
-    return np.random.RandomState((seed, epoch)).permutation(n)
+@lru_cache(maxsize=4)  # the current epoch's order (and the next one's, at an epoch or stage boundary)
+def epoch_order(seed: int, epoch: int, n: int, stage: int = 0) -> np.ndarray:
+    """The order in which epoch `epoch` of a stage visits its n samples; RandomState's stream is frozen across
+    numpy releases.  Stage 0 keeps the seed of an unstaged run, so a plain mix draws what it always drew."""
+    return np.random.RandomState((seed, epoch) if stage == 0 else (seed, epoch, stage)).permutation(n)
 
 
-def dataset_config(cfg: TrainerConfig, manifest: Manifest, cache_dir: Path) -> GPTDatasetConfig:
-    prefixes = [s.prefix for s in manifest.shards]
+def dataset_config(cfg: TrainerConfig, manifest: Manifest, cache_dir: Path,
+                   shard_ids: list[int] | None = None) -> GPTDatasetConfig:
+    shard_ids = list(range(len(manifest.shards))) if shard_ids is None else shard_ids
+    prefixes = [manifest.shards[i].prefix for i in shard_ids]
     return GPTDatasetConfig(
         random_seed=cfg.seed,
         sequence_length=cfg.model.seq_length,
@@ -135,21 +175,50 @@ def dataset_config(cfg: TrainerConfig, manifest: Manifest, cache_dir: Path) -> G
 
 
 def build_datasets(cfg: TrainerConfig, manifest: Manifest, cache_dir: Path) -> Datasets:
-    """One GPTDataset per shard, one epoch of each split blended by megatron's builder."""
+    """Per stage of the manifest, one GPTDataset per shard, one epoch of each split blended by megatron's builder.
+
+    A staged mix (SEAMS §4: a broad mix, then a high-quality annealing one) is trained in order: every stage
+    but the last covers one epoch of its samples, the export having sized each stage's tokens; the last
+    repeats until the run ends.  A batch at a stage boundary holds the end of one and the start of the next.
+    """
     evaluate = cfg.schedule.eval_interval > 0
     _check_valid_split(cfg, manifest, evaluate)
-    gpt_config = dataset_config(cfg, manifest, cache_dir)
-    train, valid, _ = BlendedMegatronDatasetBuilder(
-        GPTDataset, [None, None, None], lambda: True, gpt_config).build()
-    if train is None or len(train) == 0:
-        raise ManifestError(f"the shards hold no training sample of {cfg.model.seq_length} tokens "
-                            f"({manifest.total_tokens} tokens in all); export more documents or lower model.seq_length")
+    stages, valid, start = [], None, 0
+    for k, stage in enumerate(manifest.stages):
+        train, stage_valid, _ = BlendedMegatronDatasetBuilder(
+            GPTDataset, [None, None, None], lambda: True,
+            dataset_config(cfg, manifest, cache_dir, list(stage.shard_ids))).build()
+        if train is None or len(train) == 0:
+            tokens = sum(manifest.shards[i].tokens for i in stage.shard_ids)
+            raise ManifestError(f"stage {stage.name!r} of the shards holds no training sample of "
+                                f"{cfg.model.seq_length} tokens ({tokens} tokens in all); export more documents "
+                                "or lower model.seq_length")
+        last = k == len(manifest.stages) - 1
+        stages.append(StageData(stage.name, train, list(stage.shard_ids), start, None if last else start + len(train)))
+        valid = stage_valid if k == 0 else valid
+        start += len(train)
     per_shard = [read_sources(s) for s in manifest.shards] if evaluate else []
     names = sorted({name for shard in per_shard for name in shard})
-    return Datasets(train=train, valid=valid if evaluate else None,
-                    doc_ids=[read_doc_ids(s) for s in manifest.shards],
-                    shard_names=[s.name for s in manifest.shards], seed=cfg.seed, source_names=names,
-                    sources=[[names.index(n) for n in shard] for shard in per_shard])
+    datasets = Datasets(stages=stages, valid=valid if evaluate else None,
+                        doc_ids=[read_doc_ids(s) for s in manifest.shards],
+                        shard_names=[s.name for s in manifest.shards], seed=cfg.seed, source_names=names,
+                        sources=[[names.index(n) for n in shard] for shard in per_shard])
+    if datasets.staged:
+        g = cfg.batch.global_batch_size
+        for stage in stages:
+            log.info("data: stage %s: run samples %d..%s (from step %d), %d shards", stage.name, stage.start,
+                     "end" if stage.end is None else stage.end - 1, stage.start // g, len(stage.shard_ids))
+        if cfg.schedule.steps * g <= stages[-1].start:
+            log.warning("data: the run's %d steps end before its last stage %r begins (step %d); the shards' "
+                        "stages are sized for a longer run", cfg.schedule.steps, stages[-1].name, stages[-1].start // g)
+    return datasets
+
+
+def stage_plan(datasets: Datasets, global_batch_size: int) -> list[dict[str, Any]]:
+    """Where each stage starts and ends, in run samples and steps (result.json, MLflow)."""
+    return [{"stage": s.name, "first_sample": s.start, "first_step": s.start // global_batch_size,
+             "samples_per_epoch": len(s.train), "shards": [datasets.shard_names[i] for i in s.shard_ids]}
+            for s in datasets.stages]
 
 
 def _check_valid_split(cfg: TrainerConfig, manifest: Manifest, evaluate: bool) -> None:
@@ -157,7 +226,7 @@ def _check_valid_split(cfg: TrainerConfig, manifest: Manifest, evaluate: bool) -
         return
     shares = [float(x) for x in cfg.data.split.split(",")]
     lo, hi = shares[0] / sum(shares), (shares[0] + shares[1]) / sum(shares)
-    for shard in manifest.shards:
+    for shard in (manifest.shards[i] for i in manifest.stages[0].shard_ids):   # validation: the first stage
         # Same rounding as megatron's builder: a shard whose valid slice rounds to no documents cannot evaluate.
         if int(round(hi * shard.documents)) - int(round(lo * shard.documents)) < 1:
             raise ManifestError(f"shard {shard.name} has {shard.documents} documents: data.split {cfg.data.split!r} "
@@ -184,12 +253,15 @@ def collate(samples: list[dict[str, Any]]) -> Batch:
 
 def lineage_record(datasets: Datasets, index: int) -> dict[str, Any]:
     """Where run sample `index` came from: epoch, shard, the shard's sample number, sequences and doc_ids."""
-    epoch, epoch_sample = datasets.draw(index)
-    shard_id, shard_sample = datasets.locate(epoch_sample)
+    stage, epoch, epoch_sample = datasets.draw(index)
+    shard_id, shard_sample = datasets.locate(epoch_sample, stage=stage)
     sequences = sample_documents(datasets.shard_dataset(shard_id), shard_sample)
-    return {"index": index, "epoch": epoch, "epoch_sample": epoch_sample, "shard": datasets.shard_names[shard_id],
-            "shard_sample": shard_sample, "sequences": sequences,
-            "doc_ids": [datasets.doc_ids[shard_id][i] for i in sequences]}
+    record = {"index": index, "epoch": epoch, "epoch_sample": epoch_sample, "shard": datasets.shard_names[shard_id],
+              "shard_sample": shard_sample, "sequences": sequences,
+              "doc_ids": [datasets.doc_ids[shard_id][i] for i in sequences]}
+    if datasets.staged:   # only then: an unstaged run's records (and their digests) stay as they were
+        record["stage"] = datasets.stages[stage].name
+    return record
 
 
 def micro_batches(cfg: TrainerConfig, datasets: Datasets, step: int, dp_rank: int, dp: int
@@ -197,7 +269,7 @@ def micro_batches(cfg: TrainerConfig, datasets: Datasets, step: int, dp_rank: in
     """The micro-batches this rank runs at `step`, and the lineage of every sample of the global batch."""
     everything = global_batch_indices(step, cfg.batch.global_batch_size)
     indices = rank_slice(everything, dp_rank, dp)
-    samples = [datasets.train[datasets.draw(i)[1]] for i in indices]
+    samples = [datasets.sample(i) for i in indices]
     lineage = [lineage_record(datasets, i) for i in everything]   # the whole global batch, whichever rank
     mb = cfg.batch.micro_batch_size
     return [collate(samples[i:i + mb]) for i in range(0, len(samples), mb)], lineage
@@ -229,7 +301,8 @@ def _label_sources(datasets: Datasets, valid_sample: int, tokens: torch.Tensor, 
     """Which source each label of a validation sample belongs to: the documents of the sample follow one
     another, each ended by EOD, so a position's document is the number of EODs before it."""
     shard_id, shard_sample = datasets.locate(valid_sample, datasets.valid)
-    split = datasets.valid.datasets[shard_id] if isinstance(datasets.valid, BlendedDataset) else datasets.valid
+    local = datasets.stages[0].shard_ids.index(shard_id)
+    split = datasets.valid.datasets[local] if isinstance(datasets.valid, BlendedDataset) else datasets.valid
     sequences = sample_documents(split, shard_sample)
     before = torch.cumsum((tokens == eod).long(), 0) - (tokens == eod).long()
     document = torch.clamp(before, max=len(sequences) - 1)

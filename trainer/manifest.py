@@ -31,6 +31,14 @@ class Shard:
 
 
 @dataclass(frozen=True)
+class Stage:
+    """One stage of a staged mix (a broad mix, then an annealing one): trained in manifest order."""
+    name: str
+    shard_ids: tuple[int, ...]   # indices into Manifest.shards
+    mix: str = ""
+
+
+@dataclass(frozen=True)
 class Manifest:
     path: Path              # the local file read (a staged copy when the manifest lives on object storage)
     location: str           # where it came from: that local path, absolute, or the URI it was staged from
@@ -45,6 +53,7 @@ class Manifest:
     sources: dict[str, Any]
     raw: dict[str, Any]
     mix: dict[str, Any] = dataclasses.field(default_factory=dict)   # the mix export sampled: name, weights, realized
+    stages: tuple[Stage, ...] = ()   # in training order; one stage ("main") holding every shard when not staged
 
     @property
     def total_tokens(self) -> int:
@@ -121,11 +130,32 @@ def load_manifest(path: str | Path, verify: bool = True, location: str | None = 
         shards.append(Shard(prefix=str(prefix), name=entry["prefix"], documents=int(entry["documents"]),
                             tokens=int(entry["tokens"]), docs_path=docs_path))
     tok = raw["tokenizer"]
-    return Manifest(path=path, location=location or str(path.resolve()), sha256=raw["sha256"],
+    return Manifest(stages=read_stages(raw, shards, str(path)),path=path, location=location or str(path.resolve()), sha256=raw["sha256"],
                     vocab_size=int(tok["vocab_size"]), eod_id=int(tok["eod_id"]),
                     tokenizer_sha256=str(tok.get("sha256", "")), tokenizer_model=str(tok.get("model", "")),
                     tokenizer_file=str(tok.get("model", "")), dtype=raw["dtype"], shards=tuple(shards),
                     sources=dict(raw.get("sources", {})), raw=raw, mix=dict(raw.get("mix") or {}))
+
+
+def read_stages(raw: dict[str, Any], shards: list[Shard], where: str) -> tuple[Stage, ...]:
+    """The manifest's `stages` (SEAMS §4), each shard in exactly one; a manifest without them is one stage."""
+    if not raw.get("stages"):
+        return (Stage("main", tuple(range(len(shards)))),)
+    index = {s.name: i for i, s in enumerate(shards)}
+    stages, seen = [], []
+    for entry in raw["stages"]:
+        unknown = [p for p in entry.get("shards", []) if p not in index]
+        if unknown:
+            raise ManifestError(f"{where}: stage {entry.get('name')!r} names shards the manifest does not list: "
+                                f"{unknown[:3]}")
+        ids = tuple(index[p] for p in entry.get("shards", []))
+        seen += ids
+        if ids:   # a stage that sampled nothing has nothing to train on (export warned about it)
+            stages.append(Stage(str(entry["name"]), ids, str(entry.get("mix", ""))))
+    if sorted(seen) != list(range(len(shards))):
+        raise ManifestError(f"{where}: its stages must hold every shard exactly once; they hold {sorted(seen)} "
+                            f"of {len(shards)} shards")
+    return tuple(stages)
 
 
 def read_doc_ids(shard: Shard) -> list[str]:

@@ -28,7 +28,7 @@ from trainer import tracking
 from trainer.backend import open_backend
 from trainer.checkpoint import CheckpointError, RNGState, checksum_path, read_checkpoint, restore
 from trainer.config import TrainerConfig, load_trainer_config
-from trainer.data import build_datasets, eval_batches
+from trainer.data import build_datasets, eval_batches, stage_plan
 from trainer.downstream import Downstream, sentencepiece_encoder
 from trainer.engine import build_engine
 from trainer.input_cache import open_manifest
@@ -97,6 +97,9 @@ def _train(cfg: TrainerConfig, paths: Paths, manifest: Manifest, folder: RunFold
             _resume(folder, state, cfg, manifest.sha256)
         parameters = count_parameters(engine.gpt)
         model_info = {"model.parameters": parameters, "model.padded_vocab_size": vocab_size}
+        stages = stage_plan(datasets, cfg.batch.global_batch_size)
+        if datasets.staged:   # the staged mix's boundaries, as MLflow params (data.stage.<name>.first_step)
+            model_info |= {f"data.stage.{s['stage']}.first_step": s["first_step"] for s in stages}
         main = backend.rank == 0
         if main:
             run = tracking.start_run(cfg, paths, manifest, model_info, progress.run_id)
@@ -135,7 +138,7 @@ def _train(cfg: TrainerConfig, paths: Paths, manifest: Manifest, folder: RunFold
         result = {"run_id": progress.run_id, "steps": progress.step, "first_loss": progress.first_loss,
                   "last_loss": progress.last_loss, "tokens_seen": progress.tokens_seen,
                   "checkpoint": checkpoint, "lineage": folder.lineage_location,
-                  "downstream": progress.downstream}
+                  "downstream": progress.downstream, "stages": stages}
         folder.write_result(result)
         if main:
             tracking.finish([(files.lineage, "lineage"), (files.result, "")])

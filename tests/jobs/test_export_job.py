@@ -4,12 +4,14 @@ import hashlib
 import json
 import re
 import shutil
+from pathlib import Path
 
 import numpy as np
 import pytest
 from deltalake import DeltaTable
 
 from jobs.export import ExportJob, ExportValidationError, canonical_sha256
+from jobs.tokens import TokenizeJob
 from jobs.shard_writer import ShardWriter, assign_shards, content_name, shard_window, token_dtype, validate_shard
 from shard_readback import gpt_samples_match, indexed_documents
 
@@ -123,12 +125,47 @@ def test_fewer_shards_replace_the_old_ones(pipeline, tmp_path):
         prefix + s for s in (".bin", ".docs.jsonl", ".idx"))
 
 
-def test_a_weighted_mix_samples_sources_by_hash_and_reports_the_realized_mix(pipeline, tmp_path):
+OTTER_RULES = ("-o", 'export.mix.rules=[{source: otters, url_pattern: "otters\\\\.weblm"}]')
+
+
+def lake_copy(pipeline, tmp_path) -> tuple[Path, list[str]]:
+    """A copy of the pipeline's lake, and job arguments that read and write it (shards in tmp_path/shards)."""
+    lake = tmp_path / "lake"
+    shutil.copytree(pipeline.lake, lake)
+    return lake, [a.replace(str(pipeline.lake), str(lake)).replace(str(pipeline.shards_dir), str(tmp_path / "shards"))
+                  for a in pipeline.args()]
+
+
+@pytest.fixture(scope="module")
+def otter_lake(pipeline, tmp_path_factory):
+    """The pipeline's lake with otters.weblm.test tagged `otters` by a new rule: tokenize re-tags, never re-encodes."""
+    tmp_path = tmp_path_factory.mktemp("otters")
+    lake, args = lake_copy(pipeline, tmp_path)
+    before = {r["doc_id"]: r for r in rows(lake / "gold" / "tokens")}
+    metrics = TokenizeJob().run(args + list(OTTER_RULES))
+    after = {r["doc_id"]: r for r in rows(lake / "gold" / "tokens")}
+    return {"lake": lake, "args": args, "before": before, "after": after, "metrics": metrics, "tmp": tmp_path}
+
+
+def test_new_source_rules_retag_gold_without_encoding_again(otter_lake):
+    before, after, metrics = otter_lake["before"], otter_lake["after"], otter_lake["metrics"]
+    otters = {d for d, r in after.items() if "otters.weblm.test" in r["url"]}
+    assert otters and metrics.extra["retagged"] == len(otters) and metrics.input_rows == len(otters)
+    assert all(before[d]["source"] == "web" for d in otters) and all(after[d]["source"] == "otters" for d in otters)
+    assert all(after[d]["tokens"] == before[d]["tokens"] and after[d]["language"] == before[d]["language"]
+               for d in after)
+    again = TokenizeJob().run(otter_lake["args"] + list(OTTER_RULES))   # the same rules again: nothing to do
+    assert again.extra.get("retagged", 0) == 0
+    assert {r["doc_id"]: r for r in rows(otter_lake["lake"] / "gold" / "tokens")} == after
+
+
+def test_a_weighted_mix_samples_sources_by_hash_and_reports_the_realized_mix(otter_lake):
     """otters.weblm.test is tagged `otters` by a rule; a mix asking for 3/4 otters up-samples them."""
-    out = tmp_path / "mixed"
-    metrics = export_to(pipeline, out, "-o", 'export.mix.rules=[{source: otters, url_pattern: "otters\\\\.weblm"}]',
-                        "-o", "export.mix.name=otter_heavy",
-                        "-o", "export.mix.mixes={otter_heavy: {otters: 3, web: 1}}")
+    out = otter_lake["tmp"] / "mixed"
+    args = [a.replace(str(otter_lake["tmp"] / "shards"), str(out)) for a in otter_lake["args"]]
+    metrics = ExportJob().run(args + ["-o", "export.lineage_table=gold.lineage_scratch",
+                                      "-o", "export.mix.name=otter_heavy",
+                                      "-o", "export.mix.mixes={otter_heavy: {otters: 3, web: 1}}"])
     manifest = json.loads((out / "manifest.json").read_text())
     realized = manifest["mix"]["realized"]
     assert realized["otters"]["target_share"] == 0.75 and manifest["mix"] == metrics.extra["mix"]
@@ -143,15 +180,39 @@ def test_a_weighted_mix_samples_sources_by_hash_and_reports_the_realized_mix(pip
     assert max(len(c) for c in copies.values()) >= 2  # up-sampled
 
 
+def test_a_two_stage_mix_writes_each_stage_its_own_shards_in_order(otter_lake, spark):
+    """A broad natural mix for 3/4 of the tokens, then an annealing mix of otters only for the last 1/4."""
+    out = otter_lake["tmp"] / "staged"
+    args = [a.replace(str(otter_lake["tmp"] / "shards"), str(out)) for a in otter_lake["args"]]
+    ExportJob().run(args + ["-o", "export.lineage_table=gold.lineage_staged", "-o", "export.mix.name=broad_then_otters",
+                            "-o", "export.mix.mixes={natural: {}, otters_only: {otters: 1}}",
+                            "-o", "export.mix.schedules={broad_then_otters: [{stage: broad, mix: natural, share: 3},"
+                                  " {stage: anneal, mix: otters_only, share: 1}]}"])
+    manifest = json.loads((out / "manifest.json").read_text())
+    broad, anneal = manifest["stages"]
+    assert (broad["name"], anneal["name"]) == ("broad", "anneal") and broad["shards"] and anneal["shards"]
+    prefixes = [s["prefix"] for s in manifest["shards"]]
+    assert prefixes == broad["shards"] + anneal["shards"]   # the stages' shards, in training order
+    assert [s["stage"] for s in manifest["shards"]] == ["broad"] * len(broad["shards"]) + ["anneal"] * len(anneal["shards"])
+    total = broad["tokens"] + anneal["tokens"]
+    assert abs(anneal["tokens"] / total - 0.25) < 0.15   # sampled by hash: about its share
+    for shard in manifest["shards"]:
+        sources = {json.loads(line)["source"] for line in (out / shard["docs"]).read_text().splitlines()}
+        assert sources == {"otters"} if shard["stage"] == "anneal" else sources <= {"web", "otters"}
+    mix = manifest["mix"]
+    assert mix["name"] == "broad_then_otters" and [s["stage"] for s in mix["stages"]] == ["broad", "anneal"]
+    assert mix["stages"][1]["realized"]["otters"]["share"] == 1.0 and "realized" not in mix
+    lineage = spark.read.format("delta").load(str(otter_lake["lake"] / "gold" / "lineage_staged"))
+    by_stage = {r["stage"]: r["n"] for r in lineage.groupBy("stage").count().withColumnRenamed("count", "n").collect()}
+    assert by_stage == {"broad": broad["documents"], "anneal": anneal["documents"]}
+
+
 def with_one_gold_row_changed(pipeline, spark, tmp_path, assignments: str):
     """A copy of the pipeline's lake with `SET assignments` applied to one gold row; export arguments for it."""
-    lake = tmp_path / "lake"
-    shutil.copytree(pipeline.lake, lake)
+    lake, args = lake_copy(pipeline, tmp_path)
     gold = lake / "gold" / "tokens"
     doc_id = sorted(r["doc_id"] for r in rows(gold))[0]
     spark.sql(f"UPDATE delta.`{gold}` SET {assignments} WHERE doc_id = '{doc_id}'")
-    args = [a.replace(str(pipeline.lake), str(lake)).replace(str(pipeline.shards_dir), str(tmp_path / "shards"))
-            for a in pipeline.args()]
     return gold, args
 
 
@@ -201,3 +262,26 @@ def test_bad_input_empty_huge_and_int32_documents_round_trip(tmp_path):
     prefix = str(tmp_path / entry["prefix"])
     assert indexed_documents(prefix) == [d + [2] for d in docs]
     assert gpt_samples_match(prefix, vocab, 2, 64, str(tmp_path / "cache")) == (sum(len(d) + 1 for d in docs) - 1) // 64
+
+
+class WideVocabExport(ExportJob):
+    """The pipeline's tokenizer as if its vocabulary were 70,000 ids: export must switch to int32 shards."""
+
+    def tokenizer_entry(self, digest):
+        return {**super().tokenizer_entry(digest), "vocab_size": 70_000}
+
+
+def test_a_vocabulary_past_uint16_exports_int32_shards_megatron_reads_back(pipeline, tmp_path):
+    out = tmp_path / "wide"
+    args = [a.replace(str(pipeline.shards_dir), str(out)) for a in pipeline.args()]
+    WideVocabExport().run(args + ["-o", "export.lineage_table=gold.lineage_wide"])
+    manifest = json.loads((out / "manifest.json").read_text())
+    narrow = json.loads((pipeline.shards_dir / "manifest.json").read_text())
+    assert manifest["dtype"] == "int32" and narrow["dtype"] == "uint16"
+    assert manifest["totals"] == narrow["totals"]
+    wide_docs = [d for s in manifest["shards"] for d in indexed_documents(str(out / s["prefix"]))]
+    narrow_docs = [d for s in narrow["shards"] for d in indexed_documents(str(pipeline.shards_dir / s["prefix"]))]
+    assert wide_docs == narrow_docs   # the same tokens, twice the bytes
+    assert sum((out / f"{s['prefix']}.bin").stat().st_size for s in manifest["shards"]) == 4 * manifest["totals"]["tokens"]
+    prefix = str(out / manifest["shards"][0]["prefix"])
+    assert gpt_samples_match(prefix, 70_000, manifest["tokenizer"]["eod_id"], 16, str(tmp_path / "cache")) > 0

@@ -7,7 +7,7 @@ from jobs.config import load_jobs_config
 from jobs.text import bpe
 from jobs.tokens import TokenizeJob
 
-GOLD = ["doc_id", "url", "tokens", "n_tokens", "tokenizer_sha256", "text_sha256"]
+GOLD = ["doc_id", "url", "source", "language", "tokens", "n_tokens", "tokenizer_sha256", "text_sha256"]
 
 
 def test_same_sample_same_model_bytes():
@@ -70,8 +70,8 @@ def test_empty_and_unseen_text_encode_without_unk(pipeline):
     digest = pipeline.metrics["tokenize"].extra["tokenizer_sha256"]
     model = (pipeline.tokenizer_dir / digest[:16] / "spm.model").read_bytes()
     texts = ["", None, "𓀀 漢字 ☃ Ωmega", "otters <|fim_prefix|>x<|fim_middle|>y<|fim_suffix|>"]
-    batch = pa.RecordBatch.from_pydict({"doc_id": list("abcd"), "url": [None] * 4, "text": texts,
-                                        "content_sha256": ["h"] * 4})
+    batch = pa.RecordBatch.from_pydict({"doc_id": list("abcd"), "url": [None] * 4, "source": ["web"] * 4,
+                                        "language": ["und"] * 4, "text": texts, "content_sha256": ["h"] * 4})
     (out,) = list(encode_arrow(iter([batch]), model, digest))
     tokens, n_tokens = out.column("tokens").to_pylist(), out.column("n_tokens").to_pylist()
     assert tokens[:2] == [[], []] and n_tokens == [len(t) for t in tokens]

@@ -33,12 +33,13 @@ def doc_id_for(shard: int, i: int) -> str:
 
 def build_shards(folder: Path, n_shards: int = 2, docs_per_shard: int = 60, seed: int = 0,
                  tokenizer: tuple[str, str] = ("var/tokenizer/test/spm.model", "ab" * 32),
-                 documents: list[list[int]] | None = None) -> Path:
+                 documents: list[list[int]] | None = None,
+                 stages: list[tuple[str, list[int]]] | None = None) -> Path:
     """Write shard-0000k.{bin,idx,docs.jsonl} and manifest.json; return the manifest path.
 
     `tokenizer` is the manifest's (model, sha256): a path or URI as the export job writes it.
     `documents` (token ids below VOCAB, without EOD): shard k holds documents[k::n_shards] instead of
-    synthetic runs.
+    synthetic runs.  `stages`: a staged mix, [(stage name, [shard numbers])] in training order.
     """
     folder.mkdir(parents=True, exist_ok=True)
     rng = np.random.default_rng(seed)
@@ -72,6 +73,9 @@ def build_shards(folder: Path, n_shards: int = 2, docs_per_shard: int = 60, seed
         "dtype": "uint16", "shards": entries,
         "totals": {"documents": sum(e["documents"] for e in entries), "tokens": total_tokens},
     }
+    if stages:
+        manifest["stages"] = [{"name": name, "mix": name, "shards": [entries[k]["prefix"] for k in ids]}
+                              for name, ids in stages]
     manifest["sha256"] = canonical_sha256(manifest)
     path = folder / "manifest.json"
     path.write_text(json.dumps(manifest, indent=2))
