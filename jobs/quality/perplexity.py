@@ -40,6 +40,11 @@ _PUNCT = str.maketrans({
 })
 _NON_PRINTING = re.compile("[" + "".join(map(chr, [*range(0, 32), *range(127, 160)])) + "]")
 _DIGIT = re.compile(r"\d")
+_NON_ASCII = re.compile(r"[^\x00-\x7f]+")   # ASCII has no combining marks: only these runs need the NFD pass
+
+
+def _strip_accents(run: re.Match) -> str:
+    return "".join(c for c in unicodedata.normalize("NFD", run.group()) if unicodedata.category(c) != "Mn")
 
 
 def normalize(line: str) -> str:
@@ -49,8 +54,7 @@ def normalize(line: str) -> str:
     if not line:
         return line
     line = line.lower()
-    if not line.isascii():   # ASCII has no combining marks: skip the per-character pass
-        line = "".join(c for c in unicodedata.normalize("NFD", line) if unicodedata.category(c) != "Mn")
+    line = _NON_ASCII.sub(_strip_accents, line)   # a whole document is one line: ASCII runs skip the slow pass
     line = _DIGIT.sub("0", line)
     line = line.translate(_PUNCT)
     return _NON_PRINTING.sub("", line)
