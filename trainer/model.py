@@ -87,7 +87,18 @@ def build_model(m: ModelConfig, vocab_size: int, cuda: CudaConfig | None = None)
 
 
 def count_parameters(model: torch.nn.Module) -> int:
-    return sum(p.numel() for p in model.parameters())
+    """The whole model's parameters, however it is split: a tensor-parallel shard counts once per shard, a
+    pipeline stage adds the others' (the last stage's copy of a tied embedding left out). Under model
+    parallelism every rank of the model-parallel group must call it (it sums over that group)."""
+    if not (parallel_state.model_parallel_is_initialized()
+            and torch.distributed.get_world_size(parallel_state.get_model_parallel_group()) > 1):
+        return sum(p.numel() for p in model.parameters())
+    tp = parallel_state.get_tensor_model_parallel_world_size()
+    mine = sum(p.numel() * (tp if getattr(p, "tensor_model_parallel", False) else 1) for p in model.parameters()
+               if not getattr(p, "shared", False))   # megatron marks the last stage's tied-embedding copy shared
+    total = torch.tensor(mine, dtype=torch.int64)
+    torch.distributed.all_reduce(total, group=parallel_state.get_pipeline_model_parallel_group())
+    return int(total)
 
 
 def transformer_parameters(model: torch.nn.Module) -> int:

@@ -37,6 +37,12 @@ def run(manifest_path, root: Path, processes: int, *overrides: str, resume: bool
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
 
 
+def param(root: Path, name: str) -> str:
+    mlflow.set_tracking_uri(f"sqlite:///{root}/mlflow.db")
+    client = MlflowClient()
+    return client.search_runs([client.get_experiment_by_name("weblm-pretrain").experiment_id])[0].data.params[name]
+
+
 def metric(root: Path, name: str) -> dict[int, float]:
     mlflow.set_tracking_uri(f"sqlite:///{root}/mlflow.db")
     client = MlflowClient()
@@ -58,6 +64,7 @@ def single(manifest_path, tmp_path_factory) -> Path:
                          ids=["tp2", "dp2", "tp2-dp2", "pp2", "tp2-pp2"])
 def test_parallel_run_matches_the_single_process(manifest_path, tmp_path, single, processes, layout):
     run(manifest_path, tmp_path, processes, *layout)
+    assert param(tmp_path, "model.parameters") == param(single, "model.parameters")   # the whole model's size
     # losses within 1e-5 (the bar); the gradient norm, a sum of squares over differently split and
     # summed shards, within 1e-4
     for name, tolerance in (("loss", 1e-5), ("grad_norm", 1e-4)):
