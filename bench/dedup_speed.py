@@ -12,7 +12,8 @@ wall-clock and in this process's CPU time (the machine is shared: CPU time is th
 and the signing alone for each (given the shingles: weblm's flat hash buffer vs bare rensa per document),
 and each signature's Jaccard-estimate error against the exact Jaccard on pairs of a document and an edited
 copy.  Goals: pipeline ratio weblm/datasketch >= 20, signing ratio weblm/rensa >= 1.
-`stage`: the whole dedup job (`python -m jobs.dedup.job --full`) on generated documents (sentences of the
+`stage` (bench/dedup_scale.py is the scale bench: a planted duplicate structure, time per part, CPU seconds,
+growth 10 K -> 100 K -> 1 M, a 100 K identical bucket): the whole dedup job (`python -m jobs.dedup.job --full`) on generated documents (sentences of the
 real texts recombined, 10% near-duplicates), per size and Spark master: seconds and documents/s, so the
 growth with size can be read; `--skew`: near-identical documents instead (one template, one unique word
 each), so every band holds one bucket of all of them: the giant-bucket case, with the largest bucket, the

@@ -11,7 +11,8 @@ cluster_size, survivor_id, keep, drop_reason), is recomputed from the stored sig
 run, so `--decide-only -o dedup.minhash.threshold=...` changes it without signing anything (down to
 `store_min_jaccard`).  Then paragraphs and contamination on what is kept, into `silver.deduped`.
 Every drop has a reason: per document in `dedup.documents`/`silver.deduped`'s absence, and per stage in the
-job's metrics (`<lake>/_metrics/dedup.json`, key `stages`).
+job's metrics (`<lake>/_metrics/dedup.json`, key `stages`).  The metrics' `timings` give each part's seconds
+and Spark jobs (the profile `bench/dedup_scale.py` prints at 10 K, 100 K, 1 M documents).
 """
 import os
 import sys

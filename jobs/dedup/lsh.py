@@ -61,33 +61,6 @@ def sign_batches(batches: Iterator[pa.RecordBatch], cfg) -> Iterator[pa.RecordBa
         yield sign_batch(batch.column("doc_id"), batch.column("text"), cfg)
 
 
-def shingle_sets(batches: Iterator[pa.RecordBatch], ngram: int) -> Iterator[pa.RecordBatch]:
-    """`mapInArrow` body: (doc_id, text) -> (doc_id, shingles), each a sorted set of shingle hashes."""
-    for batch in batches:
-        word_hash, offsets = word_hashes_of_batch(batch.column("text"))
-        shingles, shingle_offsets = minhash.shingle_hashes(word_hash, offsets, ngram)
-        sets = minhash.unique_sets(shingles, shingle_offsets)
-        set_offsets = np.zeros(len(sets) + 1, np.int32)
-        np.cumsum([s.size for s in sets], out=set_offsets[1:])
-        values = np.concatenate(sets).view(np.int64) if sets else np.zeros(0, np.int64)
-        yield pa.RecordBatch.from_arrays(
-            [batch.column("doc_id").cast(pa.string()), pa.ListArray.from_arrays(pa.array(set_offsets), pa.array(values))],
-            names=["doc_id", "shingles"])
-
-
-def jaccard_batches(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    """`mapInArrow` body: (a, b, sa, sb) -> (a, b, jaccard), exact over the two shingle sets."""
-    for batch in batches:
-        sa, sb = batch.column("sa"), batch.column("sb")
-        values = []
-        for i in range(batch.num_rows):
-            x = sa[i].values.to_numpy(zero_copy_only=False) if sa[i].is_valid else np.zeros(0, np.int64)
-            y = sb[i].values.to_numpy(zero_copy_only=False) if sb[i].is_valid else np.zeros(0, np.int64)
-            values.append(minhash.jaccard(x, y))
-        yield pa.RecordBatch.from_arrays([batch.column("a"), batch.column("b"), pa.array(values, pa.float64())],
-                                         names=["a", "b", "jaccard"])
-
-
 def band_rows(signals):
     """signals -> (band, band_hash, doc_id): one row per band of every signed document with shingles."""
     from pyspark.sql import functions as F
@@ -139,26 +112,47 @@ def candidate_pairs(all_bands, new_bands, all_pairs_max_bucket: int, priority=No
     return pairs, buckets
 
 
+def _matrix(column: pa.Array) -> np.ndarray:
+    """A list column of equal-length int lists as a 2-D array (one row per list)."""
+    column = column.cast(pa.list_(pa.int32()))
+    n = len(column)
+    values = column.flatten().to_numpy(zero_copy_only=False)
+    return values.reshape(n, -1) if n else values.reshape(0, 0)
+
+
+def verify_batches(batches: Iterator[pa.RecordBatch], ngram: int) -> Iterator[pa.RecordBatch]:
+    """`mapInArrow` body: (a, b, ta, tb, sig_a, sig_b) -> (a, b, jaccard, estimate): the exact Jaccard of the
+    two texts' shingle sets (both sides shingled in one vectorized pass per batch) and the signatures' estimate."""
+    for batch in batches:
+        n = batch.num_rows
+        texts = pa.concat_arrays([batch.column("ta").cast(pa.large_string()), batch.column("tb").cast(pa.large_string())])
+        word_hash, offsets = word_hashes_of_batch(texts)
+        shingles, shingle_offsets = minhash.shingle_hashes(word_hash, offsets, ngram)
+        sets = minhash.unique_sets(shingles, shingle_offsets)
+        exact = [minhash.jaccard(sets[i], sets[n + i]) for i in range(n)]
+        sa, sb = _matrix(batch.column("sig_a")), _matrix(batch.column("sig_b"))
+        estimate = (sa == sb).mean(axis=1) if n else np.zeros(0)
+        yield pa.RecordBatch.from_arrays([batch.column("a"), batch.column("b"), pa.array(exact, pa.float64()),
+                                          pa.array(estimate, pa.float64())], names=["a", "b", "jaccard", "estimate"])
+
+
 def score_pairs(pairs, signals, texts, cfg):
     """(a, b) -> (a, b, jaccard, estimate, verified): the signatures' estimate always; with
-    `cfg.verify` the exact Jaccard of the two shingle sets (recomputed from the texts), else the estimate."""
+    `cfg.verify` the exact Jaccard of the two shingle sets (recomputed from the texts), else the estimate.
+    Verified: each pair meets its two texts and signatures in one row, scored in one Python pass (two joins)."""
     from pyspark.sql import functions as F
-    from pyspark.sql import types as T
 
     sig = signals.select("doc_id", "signature")
-    scored = (pairs.join(sig.withColumnRenamed("doc_id", "a").withColumnRenamed("signature", "sig_a"), "a")
-              .join(sig.withColumnRenamed("doc_id", "b").withColumnRenamed("signature", "sig_b"), "b")
-              .select("a", "b", (F.aggregate(F.zip_with("sig_a", "sig_b", lambda x, y: F.when(x == y, 1).otherwise(0)),
-                                             F.lit(0), lambda acc, v: acc + v) / F.size("sig_a")).alias("estimate")))
     if not cfg.verify:
+        scored = (pairs.join(sig.withColumnRenamed("doc_id", "a").withColumnRenamed("signature", "sig_a"), "a")
+                  .join(sig.withColumnRenamed("doc_id", "b").withColumnRenamed("signature", "sig_b"), "b")
+                  .select("a", "b", (F.aggregate(F.zip_with("sig_a", "sig_b", lambda x, y: F.when(x == y, 1).otherwise(0)),
+                                                 F.lit(0), lambda acc, v: acc + v) / F.size("sig_a")).alias("estimate")))
         return scored.select("a", "b", F.col("estimate").alias("jaccard"), "estimate", F.lit(False).alias("verified"))
     ids = pairs.select(F.col("a").alias("doc_id")).union(pairs.select(F.col("b").alias("doc_id"))).distinct()
-    sets = (texts.join(ids, "doc_id", "left_semi").select("doc_id", "text")
-            .mapInArrow(lambda batches: shingle_sets(batches, cfg.ngram),
-                        T.StructType([T.StructField("doc_id", T.StringType()),
-                                      T.StructField("shingles", T.ArrayType(T.LongType()))])))
-    exact = (pairs.join(sets.select(F.col("doc_id").alias("a"), F.col("shingles").alias("sa")), "a")
-             .join(sets.select(F.col("doc_id").alias("b"), F.col("shingles").alias("sb")), "b")
-             .select("a", "b", "sa", "sb")
-             .mapInArrow(jaccard_batches, "a string, b string, jaccard double"))
-    return exact.join(scored, ["a", "b"]).select("a", "b", "jaccard", "estimate", F.lit(True).alias("verified"))
+    side = texts.select("doc_id", "text").join(ids, "doc_id", "left_semi").join(sig, "doc_id")
+    joined = (pairs.join(side.select(F.col("doc_id").alias("a"), F.col("text").alias("ta"), F.col("signature").alias("sig_a")), "a")
+              .join(side.select(F.col("doc_id").alias("b"), F.col("text").alias("tb"), F.col("signature").alias("sig_b")), "b")
+              .select("a", "b", "ta", "tb", "sig_a", "sig_b"))
+    return (joined.mapInArrow(lambda batches: verify_batches(batches, cfg.ngram), "a string, b string, jaccard double, estimate double")
+            .withColumn("verified", F.lit(True)))

@@ -17,7 +17,7 @@ def load_bench(name: str):
 
 
 def test_connected_components_of_chains_stars_and_islands(spark):
-    from jobs.dedup.components import connected_components
+    from jobs.dedup.components import connected_components, local_components
 
     chain = [(f"c{i:03d}", f"c{i + 1:03d}") for i in range(40)]          # a long path: many rounds
     star = [("s00", f"s{i:02d}") for i in range(1, 30)]                   # one hub
@@ -30,6 +30,19 @@ def test_connected_components_of_chains_stars_and_islands(spark):
     assert {cc[f"s{i:02d}"] for i in range(30)} == {"s00"}
     assert {cc["x1"], cc["x2"], cc["x3"]} == {"x1"}
     assert 1 < stats["component_rounds"] <= 12
+    assert local_components(chain + star + island) == cc  # the driver's scipy components: the same clusters
+
+
+def test_survivors_of_all_clusters_at_once_follow_each_cluster_alone():
+    from jobs.dedup.components import choose_survivors, local_components, survivors_of_clusters
+
+    edges = [("a", "b"), ("b", "c"), ("x", "y")]  # a~b, b~c (a, c apart): both ends of the chain survive
+    clusters = local_components(edges)
+    ranked = ["b", "y", "a", "x", "c"]  # priority order across clusters
+    assert survivors_of_clusters(clusters, ranked, edges) == {
+        **choose_survivors(["b", "a", "c"], edges[:2]), **choose_survivors(["y", "x"], edges[2:])}
+    assert survivors_of_clusters(clusters, ["a", "c", "b", "x", "y"], edges) == {"a": None, "c": None, "b": "a",
+                                                                                  "x": None, "y": "x"}
 
 
 def test_dedup_files_writes_pairs_and_one_line_per_document(spark, tmp_path):

@@ -192,18 +192,22 @@ def test_a_bucket_of_many_identical_documents_takes_the_star_path(spark, corpus,
     assert docs["ident-0500"]["drop_reason"] == "near_duplicate" and docs["ident-0500"]["cluster_size"] == IDENTICAL
 
 
-def test_a_giant_bucket_of_near_duplicates_is_centred_on_its_survivor(spark, tmp_path):
+@pytest.mark.parametrize("components_on", ["driver", "executors"])
+def test_a_giant_bucket_of_near_duplicates_is_centred_on_its_survivor(spark, tmp_path, components_on):
     """Near-duplicates (not identical) in buckets too big for all pairs: each star is centred on the document the
     survivor rule keeps (here the newest fetch, the largest doc_id), so every other one has a verified pair with
-    it and is dropped; a star on the smallest doc_id would leave them without a kept partner, all kept."""
+    it and is dropped; a star on the smallest doc_id would leave them without a kept partner, all kept.
+    The same decision whether components and survivors are computed on the driver or in Spark's rounds."""
     rng = random.Random(5)
     base = prose(rng, 300).replace("\n", " ")
     rows = [(f"var-{i:03d}", f"http://v{i}.test/", MAR if i == 59 else JAN, drop_words(base, 5 * i, 2), None)
             for i in range(60)]
     lake = tmp_path / "lake"
     write_silver(spark, lake, rows)
-    metrics = run(lake, "dedup.minhash.all_pairs_max_bucket=10", "dedup.paragraphs.enabled=false")
+    metrics = run(lake, "dedup.minhash.all_pairs_max_bucket=10", "dedup.paragraphs.enabled=false",
+                  f"dedup.components.driver_max_edges={0 if components_on == 'executors' else 1000}")
     assert metrics.extra["giant_buckets"] > 0 and metrics.extra["largest_bucket"] > 10
+    assert metrics.extra["components_on"] == components_on
     docs = {r["doc_id"]: r for r in table(spark, lake, "dedup.documents").collect()}
     assert [k for k, d in docs.items() if d["keep"]] == ["var-059"]
     assert all(d["drop_reason"] == "near_duplicate" and d["survivor_id"] == "var-059"
