@@ -120,9 +120,10 @@ def survivor_partitions(batches):
     -> (doc_id, survivor_id) by `choose_survivors`: one Python call per partition, not one pandas frame per cluster."""
     import pyarrow as pa
 
-    table = pa.Table.from_batches(list(batches))
-    if table.num_rows == 0:
+    batches = list(batches)
+    if not batches:  # an empty partition
         return
+    table = pa.Table.from_batches(batches)
     rows = table.to_pydict()
     members: dict[str, list[tuple[int, str]]] = {}
     edges: dict[str, list[tuple[str, str]]] = {}
