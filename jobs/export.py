@@ -330,11 +330,12 @@ class ExportJob(SparkJob):
         stage_of = {index: stage["stage"] for stage in plan["mix"]["stages"] for index in stage["shards"]}
         shards = [{**{k: s[k] for k in ("prefix", "documents", "tokens", "bin_sha256", "idx_sha256", "docs",
                                         "docs_sha256")}, "stage": stage_of[s["index"]]} for s in written]
-        stages = [{"name": stage["stage"], "mix": stage["mix"], "share": stage["share"],
-                   "shards": [s["prefix"] for s in written if s["index"] in set(stage["shards"])],
-                   "documents": sum(s["documents"] for s in written if s["index"] in set(stage["shards"])),
-                   "tokens": sum(s["tokens"] for s in written if s["index"] in set(stage["shards"]))}
-                  for stage in plan["mix"]["stages"]]
+        stages = []
+        for stage in plan["mix"]["stages"]:
+            members = [s for s in written if s["index"] in set(stage["shards"])]
+            stages.append({"name": stage["stage"], "mix": stage["mix"], "share": stage["share"],
+                           "shards": [s["prefix"] for s in members], "documents": sum(s["documents"] for s in members),
+                           "tokens": sum(s["tokens"] for s in members)})
         manifest = {
             "format": FORMAT,
             "created": committed.replace(tzinfo=committed.tzinfo or timezone.utc).isoformat(),

@@ -219,10 +219,11 @@ class TokenizeJob(SparkJob):
         retag = None
         exists = table_version(spark, gold_path) is not None
         gold = spark.read.format("delta").load(gold_path) if exists else None
-        if exists and not set(TAG_COLUMNS) <= set(gold.columns):
+        rewrite = exists and not set(TAG_COLUMNS) <= set(gold.columns)
+        if rewrite:
             log.warning("tokenize: gold.tokens predates its source/language columns; rewriting it whole")
-            args.full = True
-        if args.full or not exists:
+        full = args.full or rewrite
+        if full or not exists:
             todo, gone = inputs, None
         else:  # new documents, documents whose text changed, and any made with another tokenizer
             made = gold.where(F.col("tokenizer_sha256") == digest).select(
@@ -235,9 +236,10 @@ class TokenizeJob(SparkJob):
                      .where(" OR ".join(f"NOT (new_{c} <=> {c})" for c in TAG_COLUMNS)))
             retag = (gold.join(moved.select("doc_id", *["new_" + c for c in TAG_COLUMNS]), "doc_id")
                      .select(*[F.col("new_" + c).alias(c) if c in TAG_COLUMNS else F.col(c) for c in GOLD_COLUMNS]))
-        self.metrics.extra.update(table="gold.tokens", mode="full" if args.full else "incremental",
-                                  tokenizer_sha256=digest, tokenizer_model=path, **info)
-        if is_empty(todo) and (gone is None or is_empty(gone)) and (retag is None or is_empty(retag)):
+        retagged = retag.count() if retag is not None else 0
+        self.metrics.extra.update(table="gold.tokens", mode="full" if full else "incremental",
+                                  tokenizer_sha256=digest, tokenizer_model=path, retagged=retagged, **info)
+        if is_empty(todo) and (gone is None or is_empty(gone)) and not retagged:
             log.info("tokenize: nothing new in %s since the last run; no table changed", cfg.input_table)
             self.metrics.extra["table_version"] = table_version(spark, gold_path)
             return
@@ -245,16 +247,15 @@ class TokenizeJob(SparkJob):
         previous_batch = spark.conf.get(batch_key, None)
         spark.conf.set(batch_key, str(cfg.batch_rows))
         tokens = todo.mapInArrow(lambda batches: encode_arrow(batches, model, digest), gold_schema())
-        if retag is not None:
-            self.metrics.extra["retagged"] = retag.count()
+        if retagged:
             tokens = tokens.unionByName(retag)
         tokens = tokens.persist()
         try:  # the idempotent write compares before it merges: encode once, not per comparison
             self.metrics.input_rows = tokens.count()
-            if exists and not set(TAG_COLUMNS) <= set(gold.columns):
+            if rewrite:
                 tokens.write.format("delta").mode("overwrite").option("overwriteSchema", "true").save(gold_path)
                 result = {"inserted": self.metrics.input_rows, "updated": 0, "deleted": 0}
-            elif args.full:
+            elif full:
                 result = merge_table(spark, tokens, gold_path, "doc_id", sync=True)
             else:
                 result = upsert_table(spark, tokens, gold_path, "doc_id", delete_keys=gone)

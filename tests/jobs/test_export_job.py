@@ -155,7 +155,7 @@ def test_new_source_rules_retag_gold_without_encoding_again(otter_lake):
     assert all(after[d]["tokens"] == before[d]["tokens"] and after[d]["language"] == before[d]["language"]
                for d in after)
     again = TokenizeJob().run(otter_lake["args"] + list(OTTER_RULES))   # the same rules again: nothing to do
-    assert again.extra.get("retagged", 0) == 0
+    assert again.extra["retagged"] == 0
     assert {r["doc_id"]: r for r in rows(otter_lake["lake"] / "gold" / "tokens")} == after
 
 
