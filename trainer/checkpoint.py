@@ -1,24 +1,39 @@
-"""Checkpoints: one `torch.save` file per step holding every named part of the trainer's state.
+"""Checkpoints: every named part of the trainer's state, in one of two formats.
 
 The state is a small dict of parts with `state_dict()`/`load_state_dict()` (torchtitan): model,
-optimizer, scheduler, progress (step, tokens, data position, run id) and rng.  Files are written
-to a temporary name and renamed, so a run killed mid-save never leaves a half checkpoint behind.
+optimizer, scheduler, progress (step, tokens, data position, run id) and rng.
+- gathered: `step-<step>.pt`, one `torch.save` file of the whole state, written by rank 0;
+- sharded (`schedule.checkpoint_format`): a folder `step-<step>/` that every rank writes its shards into
+  through torch.distributed.checkpoint (parts with `sharded_state_dict`: trainer/sharded_state.py), each
+  rank's RNG states in `rng-<rank>.pt`, the rest in `common.pt`, and `SHA256SUMS` over every file.
+Both are written under a temporary name, fsynced, then renamed, so a run killed mid-save never leaves a
+half checkpoint behind; a sidecar `<name>.sha256` holds the file's (gathered) or SHA256SUMS's (sharded)
+sha256 and is verified on load.
 """
 from __future__ import annotations
 
+import hashlib
+import logging
 import os
 import random
 import re
+import shutil
+import warnings
 from pathlib import Path
 from typing import Any, Protocol
 
 import numpy as np
 import torch
+import torch.distributed as dist
 from megatron.core.tensor_parallel import random as mcore_random
 
 from trainer.manifest import file_sha256
 
-CHECKPOINT_NAME = re.compile(r"^step-(\d{8})\.pt$")
+log = logging.getLogger("trainer.checkpoint")
+
+CHECKPOINT_NAME = re.compile(r"^step-(\d{8})\.pt$")   # gathered: one file
+SHARDED_NAME = re.compile(r"^step-(\d{8})$")           # sharded: a folder
+SUMS, COMMON = "SHA256SUMS", "common.pt"
 
 
 class Stateful(Protocol):
@@ -42,7 +57,9 @@ class RNGState:
             state["cuda"] = torch.cuda.get_rng_state()
         return state
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
+    def load_state_dict(self, state: Any) -> None:
+        if not isinstance(state, dict):   # a sharded checkpoint's reference: this rank's own file
+            state = _rank_rng(state.path)
         random.setstate(state["python"])
         np.random.set_state(state["numpy"])
         torch.set_rng_state(state["torch"])
@@ -51,14 +68,55 @@ class RNGState:
         mcore_random.get_cuda_rng_tracker().set_states({k: v.clone() for k, v in state["tracker"].items()})
 
 
-def checkpoint_path(folder: Path, step: int) -> Path:
-    return folder / f"step-{step:08d}.pt"
+def _rank() -> int:
+    return dist.get_rank() if dist.is_initialized() else 0
+
+
+def _layout() -> dict[str, int]:
+    from megatron.core import parallel_state
+    if not parallel_state.model_parallel_is_initialized():
+        return {"world": 1, "tp": 1, "pp": 1, "tp_rank": 0}
+    return {"world": dist.get_world_size(), "tp": parallel_state.get_tensor_model_parallel_world_size(),
+            "pp": parallel_state.get_pipeline_model_parallel_world_size(),
+            "tp_rank": parallel_state.get_tensor_model_parallel_rank()}
+
+
+def _rank_rng(path: str) -> dict[str, Any]:
+    """This rank's RNG states from a sharded checkpoint: its own file at the layout that wrote it; at another
+    layout rank 0's python/numpy/torch states, and the tracker of a rank with this rank's tensor-parallel rank."""
+    folder, here = Path(path), _layout()
+    read = lambda rank: torch.load(folder / f"rng-{rank:05d}.pt", weights_only=False)   # noqa: E731  (we wrote it)
+    own = folder / f"rng-{_rank():05d}.pt"
+    if own.exists():
+        saved = read(_rank())
+        if {k: saved["layout"][k] for k in ("world", "tp", "pp")} == {k: here[k] for k in ("world", "tp", "pp")}:
+            return saved["state"]
+    state = read(0)["state"]
+    peer = folder / f"rng-{here['tp_rank']:05d}.pt"
+    if peer.exists() and read(here["tp_rank"])["layout"]["tp_rank"] == here["tp_rank"]:
+        state = dict(state, tracker=read(here["tp_rank"])["state"]["tracker"])
+    else:
+        log.warning("%s was written at another tensor-parallel layout: megatron's tracked RNG streams (dropout) "
+                    "start again from the seed", folder.name)
+        state = dict(state, tracker=mcore_random.get_cuda_rng_tracker().get_states())
+    return state
+
+
+def checkpoint_path(folder: Path, step: int, sharded: bool = False) -> Path:
+    return folder / (f"step-{step:08d}" if sharded else f"step-{step:08d}.pt")
+
+
+def checkpoint_step(path: Path) -> int:
+    return int((CHECKPOINT_NAME.match(path.name) or SHARDED_NAME.match(path.name)).group(1))
 
 
 def list_checkpoints(folder: Path) -> list[Path]:
+    """Gathered files and sharded folders, oldest step first."""
     if not folder.is_dir():
         return []
-    return sorted(p for p in folder.iterdir() if CHECKPOINT_NAME.match(p.name))
+    found = [p for p in folder.iterdir()
+             if CHECKPOINT_NAME.match(p.name) or (SHARDED_NAME.match(p.name) and p.is_dir())]
+    return sorted(found, key=lambda p: (checkpoint_step(p), p.name))
 
 
 def latest_checkpoint(folder: Path) -> Path | None:
@@ -81,10 +139,44 @@ def _write_durably(path: Path, write) -> None:
     os.replace(tmp, path)       # atomic on POSIX: readers see the old set or the new file, never half of it
 
 
+def _fsync_dir(folder: Path) -> None:
+    directory = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(directory)     # the renames themselves survive a power cut
+    finally:
+        os.close(directory)
+
+
+def _sharded_parts(parts: dict[str, Stateful]) -> list[str]:
+    return [name for name, part in parts.items() if hasattr(part, "sharded_state_dict")]
+
+
 def save_checkpoint(folder: Path, step: int, parts: dict[str, Stateful], meta: dict[str, Any],
-                    keep: int | None) -> Path:
-    """Write `step-<step>.pt` and its sha256 sidecar, fsynced, the checkpoint made visible last; then delete
-    all but the newest `keep` (None: delete nothing)."""
+                    keep: int | None, sharded: bool | None = None) -> Path | None:
+    """Write checkpoint `step` (every rank calls this), the checkpoint made visible last; then rank 0 deletes all
+    but the newest `keep` (None: delete nothing).  Sharded when the parts can be (`sharded` None) and `sharded`
+    is not False.  Rank 0 returns the checkpoint's path, the others None."""
+    if sharded is not False and _sharded_parts(parts):
+        target = _save_sharded(folder, step, parts, meta)
+    elif _rank() != 0:
+        for part in parts.values():   # gathering the whole state is collective: every rank takes part
+            part.state_dict()
+        return None
+    else:
+        target = _save_gathered(folder, step, parts, meta)
+    if target is not None:
+        _prune(folder, keep)
+    return target
+
+
+def _prune(folder: Path, keep: int | None) -> None:
+    for old in list_checkpoints(folder)[:-keep] if keep is not None else ():
+        shutil.rmtree(old) if old.is_dir() else old.unlink()
+        checksum_path(old).unlink(missing_ok=True)
+
+
+def _save_gathered(folder: Path, step: int, parts: dict[str, Stateful], meta: dict[str, Any]) -> Path:
+    """`step-<step>.pt` and its sha256 sidecar, fsynced."""
     folder.mkdir(parents=True, exist_ok=True)
     target = checkpoint_path(folder, step)
     payload = {name: part.state_dict() for name, part in parts.items()} | {"meta": meta}
@@ -93,20 +185,67 @@ def save_checkpoint(folder: Path, step: int, parts: dict[str, Stateful], meta: d
     digest = file_sha256(staged)
     _write_durably(checksum_path(target), lambda f: f.write(f"{digest}  {target.name}\n".encode()))
     os.replace(staged, target)
-    directory = os.open(folder, os.O_RDONLY)
-    try:
-        os.fsync(directory)     # the renames themselves survive a power cut
-    finally:
-        os.close(directory)
-    for old in list_checkpoints(folder)[:-keep] if keep is not None else ():
-        old.unlink()
-        checksum_path(old).unlink(missing_ok=True)
+    _fsync_dir(folder)
     return target
+
+
+def _save_sharded(folder: Path, step: int, parts: dict[str, Stateful], meta: dict[str, Any]) -> Path | None:
+    """`step-<step>/`: every rank writes its shards and RNG states into `step-<step>.partial/`, rank 0 the common
+    state and SHA256SUMS, then renames the folder into place."""
+    from torch.distributed.checkpoint import FileSystemWriter, save
+
+    target = checkpoint_path(folder, step, sharded=True)
+    staged = folder / f"{target.name}.partial"
+    rank, distributed = _rank(), dist.is_initialized() and dist.get_world_size() > 1
+    if rank == 0:
+        folder.mkdir(parents=True, exist_ok=True)
+        shutil.rmtree(staged, ignore_errors=True)   # left by a run killed mid-save
+        staged.mkdir()
+    if distributed:
+        dist.barrier()
+    sharded = _sharded_parts(parts)
+    rng = {"state": parts["rng"].state_dict(), "layout": _layout()} if "rng" in parts else None
+    extra = {name: parts[name].sharded_extra() for name in sharded}   # collective under pipeline parallelism
+    state = {k: v for name in sharded for k, v in parts[name].sharded_state_dict().items()}
+    if rng is not None:
+        _write_durably(staged / f"rng-{rank:05d}.pt", lambda f: torch.save(rng, f))
+    save(state, storage_writer=FileSystemWriter(str(staged), sync_files=True))
+    if rank != 0:
+        return None
+    common = {name: part.state_dict() for name, part in parts.items() if name not in sharded and name != "rng"}
+    common |= {"meta": meta, "sharded": {name: extra[name] for name in sharded}, "layout": _layout()}
+    _write_durably(staged / COMMON, lambda f: torch.save(common, f))
+    _publish(staged, target)
+    return target
+
+
+def _sums(folder: Path) -> str:
+    return "".join(f"{file_sha256(p)}  {p.relative_to(folder)}\n" for p in sorted(folder.rglob("*"))
+                   if p.is_file() and p.name != SUMS)
+
+
+def _publish(staged: Path, target: Path) -> None:
+    """SHA256SUMS over every file of `staged`, the sidecar, then `staged` renamed to `target`, all fsynced."""
+    sums = _sums(staged)
+    _write_durably(staged / SUMS, lambda f: f.write(sums.encode()))
+    _fsync_dir(staged)
+    digest = hashlib.sha256(sums.encode()).hexdigest()
+    _write_durably(checksum_path(target), lambda f: f.write(f"{digest}  {target.name}/{SUMS}\n".encode()))
+    if target.exists():   # the same step written again (after a rollback): the old copy goes first
+        aside = target.with_name(target.name + ".old")
+        shutil.rmtree(aside, ignore_errors=True)
+        os.replace(target, aside)
+        shutil.rmtree(aside)
+    os.replace(staged, target)
+    _fsync_dir(target.parent)
 
 
 def read_checkpoint(path: Path, checksum: Path | None = None) -> dict[str, Any]:
     """The checkpoint's payload (one state dict per part, plus `meta`), verified against its sha256 sidecar
-    when there is one; CheckpointError when the file is damaged or unreadable."""
+    when there is one; CheckpointError when the file is damaged or unreadable.  For a sharded checkpoint
+    every file is checked against SHA256SUMS, and the sharded parts are `ShardedRef`s that each rank loads."""
+    if path.is_dir():
+        return _read_sharded(path, checksum or checksum_path(path))
     checksum = checksum or checksum_path(path)
     if checksum.exists():
         expected = checksum.read_text().split()[0] if checksum.read_text().strip() else ""
@@ -128,3 +267,60 @@ def restore(path: Path, payload: dict[str, Any], parts: dict[str, Stateful]) -> 
         raise CheckpointError(f"{path} lacks parts {sorted(missing)}; it was written by another trainer version")
     for name, part in parts.items():
         part.load_state_dict(payload[name])
+
+
+def _read_sharded(path: Path, checksum: Path) -> dict[str, Any]:
+    from trainer.sharded_state import ShardedRef
+
+    sums = path / SUMS
+    if not sums.is_file():
+        raise CheckpointError(f"{path} has no {SUMS}: it was not written to the end")
+    listed = sums.read_text()
+    if checksum.exists():
+        expected = (checksum.read_text().split() or [""])[0]
+        if hashlib.sha256(listed.encode()).hexdigest() != expected:
+            raise CheckpointError(f"{path}/{SUMS} is not the one its {checksum.name} records: the checkpoint is damaged")
+    names = set()
+    for line in listed.splitlines():
+        expected, name = line.split("  ", 1)
+        names.add(name)
+        file = path / name
+        if not file.is_file():
+            raise CheckpointError(f"{path}: {name} is missing; the checkpoint is incomplete")
+        if file_sha256(file) != expected:
+            raise CheckpointError(f"{path}: {name} is not the file {SUMS} records (sha256 {expected[:12]}…): the "
+                                  "checkpoint is damaged")
+    if COMMON not in names or ".metadata" not in names:
+        raise CheckpointError(f"{path} lacks {COMMON} or .metadata: it is not a whole sharded checkpoint")
+    try:
+        payload = torch.load(path / COMMON, map_location="cpu", weights_only=False)   # we wrote it
+    except Exception as exc:  # noqa: BLE001  (unreadable for any reason means damaged)
+        raise CheckpointError(f"{path}/{COMMON} cannot be read ({type(exc).__name__}: {str(exc)[:200]})") from exc
+    for name, extra in payload.pop("sharded").items():
+        payload[name] = ShardedRef(str(path), name, extra)
+    payload["rng"] = ShardedRef(str(path), "rng")
+    return payload
+
+
+def whole_state(path: Path) -> dict[str, Any]:
+    """A sharded checkpoint's model and optimizer as the gathered format holds them (one process's names and
+    optimizer numbering), read in this process without a process group: for tools and tests."""
+    from torch.distributed.checkpoint.state_dict_loader import _load_state_dict_from_keys
+
+    payload = read_checkpoint(path)
+    with warnings.catch_warnings():   # "no process group: loading in a single process" is the point here
+        warnings.simplefilter("ignore", UserWarning)
+        flat = _load_state_dict_from_keys(checkpoint_id=str(path))
+    model = {name: flat.get(f"model/{name}") for name in payload["model"].extra["names"]}
+    optimizer = payload["optimizer"].extra
+    index = {name: i for i, name in enumerate(n for group in optimizer["names"] for n in group)}
+    state: dict[int, dict[str, Any]] = {}
+    for key, value in flat.items():
+        if key.startswith("optimizer/"):
+            _, name, moment = key.rsplit("/", 2)
+            state.setdefault(index[name], {})[moment] = value
+    groups, start = [], 0
+    for settings, names in zip(optimizer["groups"], optimizer["names"]):
+        groups.append(dict(settings, params=list(range(start, start + len(names)))))
+        start += len(names)
+    return payload | {"model": model, "optimizer": {"state": dict(sorted(state.items())), "param_groups": groups}}

@@ -74,6 +74,7 @@ class ScheduleConfig:
     eval_batches: int
     checkpoint_interval: int
     keep_checkpoints: int
+    checkpoint_format: str
 
 
 @dataclass(frozen=True)
@@ -189,6 +190,8 @@ class TrainerConfig:
         for name in ("steps", "log_interval", "checkpoint_interval", "keep_checkpoints"):
             if getattr(s, name) < 1:
                 raise ConfigError(f"schedule.{name} must be >= 1, got {getattr(s, name)}")
+        if s.checkpoint_format not in ("sharded", "gathered"):
+            raise ConfigError(f"schedule.checkpoint_format must be sharded or gathered, got {s.checkpoint_format!r}")
         if self.remote.download_attempts < 1:
             raise ConfigError(f"remote.download_attempts must be >= 1, got {self.remote.download_attempts}")
         if self.lineage.detail not in ("digest", "full"):

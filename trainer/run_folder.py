@@ -113,7 +113,7 @@ class RunFolder:
             self.last_sha256 = checksum_path(path).read_text().split()[0]
             return str(path)
         # Staged copies leave only by upload; the store keeps the newest `keep` (pruned as uploads land).
-        path = save_checkpoint(self.files.checkpoints, step, parts, meta, keep=None)
+        path = save_checkpoint(self.files.checkpoints, step, parts, meta, keep=None, sharded=False)   # uploads files
         self.last_sha256 = checksum_path(path).read_text().split()[0]
         destination = self.location(f"checkpoints/{path.name}")
         self.uploader.submit(checksum_path(path), destination + ".sha256")
@@ -331,8 +331,8 @@ class FollowerFolder:
         return None
 
     def save_checkpoint(self, step: int, parts: dict[str, Any], meta: dict[str, Any]) -> None:
-        for part in parts.values():
-            part.state_dict()
+        # every rank writes its shards (sharded format) or takes part in gathering the whole state
+        save_checkpoint(self.files.checkpoints, step, parts, meta, keep=None, sharded=False if self.remote else None)
 
     def prepare_lineage(self, before_step: int) -> None:
         return None

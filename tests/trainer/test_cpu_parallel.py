@@ -19,7 +19,7 @@ import torch
 from mlflow.tracking import MlflowClient
 
 from conftest import TINY
-from trainer.checkpoint import read_checkpoint
+from trainer.checkpoint import read_checkpoint, whole_state
 
 ROOT = Path(__file__).resolve().parents[2]
 STEPS = 6
@@ -35,6 +35,13 @@ def run(manifest_path, root: Path, processes: int, *overrides: str, resume: bool
                *[a for o in settings for a in ("-o", o)], *(["--resume"] if resume else [])]
     done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
+
+
+def checkpoint(root: Path, step: int = STEPS) -> dict:
+    """A checkpoint's whole state, gathered (step-N.pt) or sharded (step-N/, read back whole)."""
+    folder = root / "train" / "checkpoints"
+    return (whole_state(folder / f"step-{step:08d}") if (folder / f"step-{step:08d}").is_dir()
+            else read_checkpoint(folder / f"step-{step:08d}.pt"))
 
 
 def param(root: Path, name: str) -> str:
@@ -53,8 +60,9 @@ def metric(root: Path, name: str) -> dict[int, float]:
 
 @pytest.fixture(scope="module")
 def single(manifest_path, tmp_path_factory) -> Path:
+    """One process, sharded checkpoints (the parallel runs write gathered ones: the two formats hold one state)."""
     root = tmp_path_factory.mktemp("single")
-    run(manifest_path, root, 1)
+    run(manifest_path, root, 1, "schedule.checkpoint_format=sharded")
     return root
 
 
@@ -77,14 +85,12 @@ def test_parallel_run_matches_the_single_process(manifest_path, tmp_path, single
         val_got[s] == pytest.approx(val_expected[s], rel=1e-5) for s in val_got)
     # rank 0's checkpoint holds the whole model, gathered over tensor-parallel ranks and pipeline stages (layers
     # numbered globally, the tied embedding once): equal to one process's
-    mine = read_checkpoint(tmp_path / "train" / "checkpoints" / f"step-{STEPS:08d}.pt")["model"]
-    theirs = read_checkpoint(single / "train" / "checkpoints" / f"step-{STEPS:08d}.pt")["model"]
+    mine, theirs = checkpoint(tmp_path)["model"], checkpoint(single)["model"]
     tensors = [k for k, v in theirs.items() if torch.is_tensor(v)]
     assert list(mine) == list(theirs) and all(mine[k].shape == theirs[k].shape for k in tensors)
     worst = max(((mine[k] - theirs[k]).norm() / theirs[k].norm().clamp_min(1e-12)).item() for k in tensors)
     assert worst < 1e-4, worst
-    mine, theirs = (read_checkpoint(root / "train" / "checkpoints" / f"step-{STEPS:08d}.pt")["optimizer"]
-                    for root in (tmp_path, single))
+    mine, theirs = (checkpoint(root)["optimizer"] for root in (tmp_path, single))
     assert [g["params"] for g in mine["param_groups"]] == [g["params"] for g in theirs["param_groups"]]
     moments = [(mine["state"][i][k], theirs["state"][i][k]) for i in theirs["state"] for k in ("exp_avg", "exp_avg_sq")]
     worst = max(((a - b).norm() / b.norm().clamp_min(1e-12)).item() for a, b in moments)
@@ -93,16 +99,31 @@ def test_parallel_run_matches_the_single_process(manifest_path, tmp_path, single
     assert lineage(tmp_path) == lineage(single)        # rank 0 records the whole global batch
 
 
-def test_a_single_process_checkpoint_resumes_at_tensor_and_pipeline_parallel(tmp_path, single, manifest_path):
+def test_sharded_checkpoints_reshard_between_one_process_and_tensor_x_pipeline_parallel(tmp_path, single,
+                                                                                        manifest_path):
     shutil.copytree(single, tmp_path, dirs_exist_ok=True)
-    (tmp_path / "train" / "checkpoints" / f"step-{STEPS:08d}.pt").unlink()   # as if killed after step 3
-    run(manifest_path, tmp_path, 4, "parallel.tp=2", "parallel.pp=2", resume=True)   # resharded: 1 -> tp=2 x pp=2
-    # the whole checkpoint is split into tensor-parallel slices of two stages (model and optimizer) and steps
-    # 4-6 land where one process lands
+    folder = tmp_path / "train" / "checkpoints"
+    shutil.rmtree(folder / f"step-{STEPS:08d}")   # as if killed after step 3
+    # one process's shards read as tensor-parallel slices of two stages (model, AdamW moments, RNG, data position);
+    # steps 4-6 land where one process lands, each saved by the 4 ranks as their own shards
+    run(manifest_path, tmp_path, 4, "parallel.tp=2", "parallel.pp=2", "schedule.checkpoint_format=sharded",
+        "schedule.checkpoint_interval=1", resume=True)
     result = lambda root: json.loads((root / "train" / "result.json").read_text())
     assert result(tmp_path)["last_loss"] == pytest.approx(result(single)["last_loss"], rel=1e-5)
-    mine = read_checkpoint(tmp_path / "train" / "checkpoints" / f"step-{STEPS:08d}.pt")["model"]
-    theirs = read_checkpoint(single / "train" / "checkpoints" / f"step-{STEPS:08d}.pt")["model"]
+    assert sorted(p.name for p in folder.iterdir()) == ["step-00000005", "step-00000005.sha256", "step-00000006",
+                                                         "step-00000006.sha256"]   # the newest 2 kept
+    assert len(list((folder / "step-00000006").glob("__*_0.distcp"))) == 4 and \
+        len(list((folder / "step-00000006").glob("rng-*.pt"))) == 4     # each rank wrote its own shards and RNG
+    theirs = checkpoint(single)["model"]
     tensors = [k for k, v in theirs.items() if torch.is_tensor(v)]
-    worst = max(((mine[k] - theirs[k]).norm() / theirs[k].norm().clamp_min(1e-12)).item() for k in tensors)
+    worst = max(((checkpoint(tmp_path)["model"][k] - theirs[k]).norm() / theirs[k].norm().clamp_min(1e-12)).item()
+                for k in tensors)
+    assert worst < 1e-4, worst
+    # and back: tp=2 x pp=2's step-5 shards resume in one process, whose step 6 is one process's step 6
+    shutil.rmtree(folder / f"step-{STEPS:08d}")
+    run(manifest_path, tmp_path, 1, "schedule.checkpoint_format=sharded", "schedule.checkpoint_interval=1",
+        resume=True)
+    assert result(tmp_path)["last_loss"] == pytest.approx(result(single)["last_loss"], rel=1e-5)
+    worst = max(((checkpoint(tmp_path)["model"][k] - theirs[k]).norm() / theirs[k].norm().clamp_min(1e-12)).item()
+                for k in tensors)
     assert worst < 1e-4, worst
