@@ -19,6 +19,7 @@ import random
 import re
 import shutil
 import warnings
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -111,7 +112,12 @@ def checkpoint_step(path: Path) -> int:
 
 
 def list_checkpoints(folder: Path) -> list[Path]:
-    """Gathered files and sharded folders, oldest step first."""
+    """Gathered files and sharded folders, oldest step first (after this process's save in flight lands)."""
+    wait_for_saves()
+    return _listed(folder)
+
+
+def _listed(folder: Path) -> list[Path]:
     if not folder.is_dir():
         return []
     found = [p for p in folder.iterdir()
@@ -157,7 +163,7 @@ def save_checkpoint(folder: Path, step: int, parts: dict[str, Stateful], meta: d
     but the newest `keep` (None: delete nothing).  Sharded when the parts can be (`sharded` None) and `sharded`
     is not False.  Rank 0 returns the checkpoint's path, the others None."""
     if sharded is not False and _sharded_parts(parts):
-        target = _save_sharded(folder, step, parts, meta)
+        return _save_sharded(folder, step, parts, meta, keep)
     elif _rank() != 0:
         for part in parts.values():   # gathering the whole state is collective: every rank takes part
             part.state_dict()
@@ -170,7 +176,7 @@ def save_checkpoint(folder: Path, step: int, parts: dict[str, Stateful], meta: d
 
 
 def _prune(folder: Path, keep: int | None) -> None:
-    for old in list_checkpoints(folder)[:-keep] if keep is not None else ():
+    for old in _listed(folder)[:-keep] if keep is not None else ():
         shutil.rmtree(old) if old.is_dir() else old.unlink()
         checksum_path(old).unlink(missing_ok=True)
 
@@ -189,11 +195,51 @@ def _save_gathered(folder: Path, step: int, parts: dict[str, Stateful], meta: di
     return target
 
 
-def _save_sharded(folder: Path, step: int, parts: dict[str, Stateful], meta: dict[str, Any]) -> Path | None:
-    """`step-<step>/`: every rank writes its shards and RNG states into `step-<step>.partial/`, rank 0 the common
-    state and SHA256SUMS, then renames the folder into place."""
-    from torch.distributed.checkpoint import FileSystemWriter, save
+class _AsyncSaves:
+    """Sharded saves in flight (torch DCP's async_save): at most one; its checkpoint is made visible (SHA256SUMS,
+    rename) by a worker as soon as every rank's shards are written, and the next save, the end of the run and
+    any listing of checkpoints wait for it first.  DCP's background collectives run on a gloo group of their own,
+    so they never interleave with training's."""
 
+    def __init__(self) -> None:
+        self.pending: Future | None = None
+        self.group, self.world = None, None
+        self.publisher = ThreadPoolExecutor(max_workers=1, thread_name_prefix="checkpoint-publish")
+
+    def process_group(self):
+        world = dist.group.WORLD
+        if self.world is not world:   # a new default group (several runs in one process): a new checkpoint group
+            self.group, self.world = dist.new_group(backend="gloo"), world
+        return self.group
+
+    def wait(self) -> None:
+        pending, self.pending = self.pending, None
+        if pending is not None:
+            try:
+                pending.result()
+            except Exception as exc:  # noqa: BLE001  (a failed save loses that checkpoint, not the run)
+                log.error("an asynchronous checkpoint save failed (%s: %s); the checkpoint before it stays the latest",
+                          type(exc).__name__, exc)
+
+
+ASYNC_SAVES = _AsyncSaves()
+
+
+def wait_for_saves() -> None:
+    """Block until this process's asynchronous checkpoint save (if any) is written and visible."""
+    ASYNC_SAVES.wait()
+
+
+def _save_sharded(folder: Path, step: int, parts: dict[str, Stateful], meta: dict[str, Any],
+                  keep: int | None) -> Path | None:
+    """`step-<step>/`: every rank writes its shards and RNG states into `step-<step>.partial/`, rank 0 the common
+    state and SHA256SUMS, then renames the folder into place.  With `schedule.checkpoint_async` (except the run's
+    last step) the shards are written by DCP's async_save from a snapshot while training goes on."""
+    from torch.distributed.checkpoint import FileSystemWriter, async_save, save
+
+    schedule = meta.get("config", {}).get("schedule", {})
+    asynchronous = bool(schedule.get("checkpoint_async")) and step < schedule.get("steps", step)
+    ASYNC_SAVES.wait()   # one save at a time: the previous one is visible before the next begins
     target = checkpoint_path(folder, step, sharded=True)
     staged = folder / f"{target.name}.partial"
     rank, distributed = _rank(), dist.is_initialized() and dist.get_world_size() > 1
@@ -206,17 +252,25 @@ def _save_sharded(folder: Path, step: int, parts: dict[str, Stateful], meta: dic
     sharded = _sharded_parts(parts)
     rng = {"state": parts["rng"].state_dict(), "layout": _layout()} if "rng" in parts else None
     extra = {name: parts[name].sharded_extra() for name in sharded}   # collective under pipeline parallelism
-    state = {k: v for name in sharded for k, v in parts[name].sharded_state_dict().items()}
+    # an asynchronous save writes a snapshot: the next steps change the weights and moments in place
+    state = {k: v for name in sharded for k, v in parts[name].sharded_state_dict(copy=asynchronous).items()}
     if rng is not None:
         _write_durably(staged / f"rng-{rank:05d}.pt", lambda f: torch.save(rng, f))
-    save(state, storage_writer=FileSystemWriter(str(staged), sync_files=True))
-    if rank != 0:
-        return None
-    common = {name: part.state_dict() for name, part in parts.items() if name not in sharded and name != "rng"}
-    common |= {"meta": meta, "sharded": {name: extra[name] for name in sharded}, "layout": _layout()}
-    _write_durably(staged / COMMON, lambda f: torch.save(common, f))
-    _publish(staged, target)
-    return target
+    if rank == 0:
+        common = {name: part.state_dict() for name, part in parts.items() if name not in sharded and name != "rng"}
+        common |= {"meta": meta, "sharded": extra, "layout": _layout()}
+        _write_durably(staged / COMMON, lambda f: torch.save(common, f))
+    writer = FileSystemWriter(str(staged), sync_files=True)
+    if not asynchronous:
+        save(state, storage_writer=writer)
+        if rank == 0:
+            _publish(staged, target, keep)
+        return target if rank == 0 else None
+    written = async_save(state, storage_writer=writer, process_group=ASYNC_SAVES.process_group())
+    # rank 0's future resolves once every rank's shards and the metadata are written: then it can be published
+    ASYNC_SAVES.pending = ASYNC_SAVES.publisher.submit(
+        lambda: (written.result(), rank == 0 and _publish(staged, target, keep)))
+    return target if rank == 0 else None
 
 
 def _sums(folder: Path) -> str:
@@ -224,8 +278,9 @@ def _sums(folder: Path) -> str:
                    if p.is_file() and p.name != SUMS)
 
 
-def _publish(staged: Path, target: Path) -> None:
-    """SHA256SUMS over every file of `staged`, the sidecar, then `staged` renamed to `target`, all fsynced."""
+def _publish(staged: Path, target: Path, keep: int | None) -> None:
+    """SHA256SUMS over every file of `staged`, the sidecar, then `staged` renamed to `target`, all fsynced; then
+    all but the newest `keep` checkpoints deleted."""
     sums = _sums(staged)
     _write_durably(staged / SUMS, lambda f: f.write(sums.encode()))
     _fsync_dir(staged)
@@ -238,6 +293,14 @@ def _publish(staged: Path, target: Path) -> None:
         shutil.rmtree(aside)
     os.replace(staged, target)
     _fsync_dir(target.parent)
+    log.info("checkpoint %s written (sha256 of %s %s)", target, SUMS, digest[:12])
+    _prune(target.parent, keep)
+
+
+def checkpoint_sha256(path: Path) -> str:
+    """The digest a checkpoint's sidecar records; "pending" while an asynchronous save is still writing it."""
+    sidecar = checksum_path(path)
+    return sidecar.read_text().split()[0] if sidecar.exists() else "pending"
 
 
 def read_checkpoint(path: Path, checksum: Path | None = None) -> dict[str, Any]:

@@ -75,6 +75,7 @@ class ScheduleConfig:
     checkpoint_interval: int
     keep_checkpoints: int
     checkpoint_format: str
+    checkpoint_async: bool
 
 
 @dataclass(frozen=True)

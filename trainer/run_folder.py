@@ -27,7 +27,8 @@ from typing import Any
 import storage
 from storage import is_uri, join
 from storage.upload import Uploader, recover
-from trainer.checkpoint import CHECKPOINT_NAME, CheckpointError, checksum_path, list_checkpoints, save_checkpoint
+from trainer.checkpoint import (CHECKPOINT_NAME, CheckpointError, checkpoint_sha256, checksum_path, list_checkpoints,
+                                save_checkpoint)
 from trainer.lineage import parse_lines
 
 log = logging.getLogger("trainer.run_folder")
@@ -110,7 +111,7 @@ class RunFolder:
         """Write checkpoint `step`; its location is returned and its sha256 kept in `last_sha256`."""
         if not self.remote:
             path = save_checkpoint(self.files.checkpoints, step, parts, meta, self.keep)
-            self.last_sha256 = checksum_path(path).read_text().split()[0]
+            self.last_sha256 = checkpoint_sha256(path)   # "pending" while an asynchronous save writes it
             return str(path)
         # Staged copies leave only by upload; the store keeps the newest `keep` (pruned as uploads land).
         path = save_checkpoint(self.files.checkpoints, step, parts, meta, keep=None, sharded=False)   # uploads files

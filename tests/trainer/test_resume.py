@@ -1,12 +1,14 @@
 """A killed run resumed from its last checkpoint continues exactly where an uninterrupted run goes."""
 import json
+from pathlib import Path
 
 import mlflow
 import pytest
 from mlflow.tracking import MlflowClient
 
 from conftest import tiny_config, tmp_paths
-from trainer.checkpoint import CheckpointError
+from trainer import checkpoint
+from trainer.checkpoint import CheckpointError, list_checkpoints
 from trainer.train import train
 
 STEPS = 10
@@ -17,20 +19,31 @@ def losses(paths, run_id):
     return {m.step: m.value for m in MlflowClient().get_metric_history(run_id, "loss")}
 
 
-def test_resumed_run_matches_an_uninterrupted_one(manifest_path, tmp_path, caplog):
-    cfg = tiny_config(f"schedule.steps={STEPS}", "schedule.checkpoint_interval=3", "schedule.eval_interval=0")
+def test_resumed_run_matches_an_uninterrupted_one(manifest_path, tmp_path, caplog, monkeypatch):
+    settings = (f"schedule.steps={STEPS}", "schedule.checkpoint_interval=3", "schedule.eval_interval=0")
     straight_paths, killed_paths = tmp_paths(tmp_path / "straight"), tmp_paths(tmp_path / "killed")
-    straight = train(cfg, straight_paths, manifest_path)
+    straight = train(tiny_config(*settings), straight_paths, manifest_path)   # gathered checkpoints
 
-    # Killed after step 7: the last checkpoint is step 6, so step 7 is redone after the resume.
+    # The killed run writes sharded checkpoints asynchronously.  Killed after step 7 while step 6's save was still
+    # being written (its folder never published): the latest checkpoint is step 3, and steps 4-7 are redone.
+    cfg = tiny_config(*settings, "schedule.checkpoint_format=sharded", "schedule.checkpoint_async=true")
+    publish = checkpoint._publish
+    monkeypatch.setattr(checkpoint, "_publish", lambda staged, target, keep: None if target.name == "step-00000006"
+                        else publish(staged, target, keep))
     assert train(cfg, killed_paths, manifest_path, stop_after=7) is None
+    monkeypatch.undo()
+    folder = Path(killed_paths.train_dir) / "checkpoints"
+    assert [p.name for p in list_checkpoints(folder)] == ["step-00000003"]
+    assert (folder / "step-00000006.partial" / checkpoint.COMMON).exists()   # written, never made visible
     with pytest.raises(CheckpointError, match="pass --resume to continue it"):
         train(cfg, killed_paths, manifest_path)
     with pytest.raises(CheckpointError, match=r"settings changed since the checkpoint: optim.lr 0.003 -> 0.001"):
-        train(tiny_config(f"schedule.steps={STEPS}", "optim.lr=0.001"), killed_paths, manifest_path, resume=True)
+        train(tiny_config(*settings, "schedule.checkpoint_format=sharded", "optim.lr=0.001"), killed_paths,
+              manifest_path, resume=True)
     with caplog.at_level("WARNING", logger="trainer"):
         resumed = train(cfg, killed_paths, manifest_path, resume=True)
-    assert "resuming from" in caplog.text and "step-00000006.pt at step 6/10" in caplog.text
+    assert "resuming from" in caplog.text and "step-00000003 at step 3/10" in caplog.text
+    assert not (folder / "step-00000006.partial").exists()   # the next save of step 6 replaced it
 
     killed_run = next(iter(MlflowClient().search_runs(
         [MlflowClient().get_experiment_by_name(cfg.experiment).experiment_id])))
@@ -49,3 +62,14 @@ def test_resumed_run_matches_an_uninterrupted_one(manifest_path, tmp_path, caplo
     again = train(cfg, killed_paths, manifest_path, resume=True)
     assert again["steps"] == STEPS and again["checkpoint"] == resumed["checkpoint"]
     assert again["last_loss"] == resumed["last_loss"]
+
+    # A damaged shard of the latest checkpoint: SHA256SUMS finds it, the resume falls back to the one before it.
+    shard = next((folder / f"step-{STEPS:08d}").glob("__0_0.distcp"))
+    data = bytearray(shard.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    shard.write_bytes(bytes(data))
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="trainer"):
+        again = train(cfg, killed_paths, manifest_path, resume=True)
+    assert "__0_0.distcp is not the file SHA256SUMS records" in caplog.text and "step-00000009 at step 9/10" in caplog.text
+    assert again["last_loss"] == resumed["last_loss"]   # step 10 trained again from step 9's shards: bitwise
