@@ -1,4 +1,5 @@
-"""kill -9 in the middle of a run, then --resume: the losses are bitwise those of an uninterrupted run."""
+"""kill -9 in the middle of a run, then --resume: the losses are bitwise those of an uninterrupted run, for one
+process (gathered checkpoints) and for a data-parallel torchrun run (sharded checkpoints written asynchronously)."""
 import json
 import os
 import signal
@@ -8,6 +9,7 @@ import time
 from pathlib import Path
 
 import mlflow
+import pytest
 from mlflow.tracking import MlflowClient
 
 from conftest import TINY
@@ -16,11 +18,13 @@ ROOT = Path(__file__).resolve().parents[2]
 STEPS = 12
 
 
-def command(manifest_path, root: Path, *extra: str) -> list[str]:
+def command(manifest_path, root: Path, *extra: str, settings: tuple[str, ...] = (), processes: int = 1) -> list[str]:
     overrides = [*TINY, f"schedule.steps={STEPS}", "schedule.checkpoint_interval=4", "schedule.eval_interval=0",
                  f"paths.local={root}/local", f"paths.mlflow_tracking_uri=sqlite:///{root}/mlflow.db",
-                 f"paths.mlflow_artifacts={root}/artifacts", f"paths.train_dir={root}/train"]
-    return [sys.executable, "-m", "trainer.train", "--manifest", str(manifest_path),
+                 f"paths.mlflow_artifacts={root}/artifacts", f"paths.train_dir={root}/train", *settings]
+    launcher = ([sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={processes}"]
+                if processes > 1 else [sys.executable])
+    return [*launcher, "-m", "trainer.train", "--manifest", str(manifest_path),
             *[a for o in overrides for a in ("-o", o)], *extra]
 
 
@@ -31,26 +35,52 @@ def losses(root: Path) -> dict[int, float]:
     return {m.step: m.value for m in client.get_metric_history(run.info.run_id, "loss")}
 
 
-def test_kill_9_mid_run_then_resume_reproduces_the_losses_bitwise(manifest_path, tmp_path):
-    straight, killed = tmp_path / "straight", tmp_path / "killed"
-    subprocess.run(command(manifest_path, straight), cwd=ROOT, check=True, capture_output=True, timeout=600)
+@pytest.fixture(scope="module")
+def straight(manifest_path, tmp_path_factory) -> Path:
+    """The uninterrupted run, one process."""
+    root = tmp_path_factory.mktemp("straight")
+    subprocess.run(command(manifest_path, root), cwd=ROOT, check=True, capture_output=True, timeout=600)
+    return root
 
-    process = subprocess.Popen(command(manifest_path, killed), cwd=ROOT, stdout=subprocess.DEVNULL,
-                               stderr=subprocess.DEVNULL)
-    checkpoint = killed / "train" / "checkpoints" / "step-00000008.pt"
+
+def kill_9(command_line: list[str], killed: Path, checkpoint: str) -> None:
+    """Start the run, SIGKILL it once `checkpoint` is visible: torchrun and every rank at once, as when a machine
+    dies (the run has a session of its own)."""
+    process = subprocess.Popen(command_line, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                               start_new_session=True)
+    visible = killed / "train" / "checkpoints" / checkpoint
     deadline = time.monotonic() + 600
-    while not checkpoint.exists() and process.poll() is None and time.monotonic() < deadline:
+    while not visible.exists() and process.poll() is None and time.monotonic() < deadline:
         time.sleep(0.05)
-    os.kill(process.pid, signal.SIGKILL)          # no cleanup of any kind: mid-step, files open
+    os.killpg(process.pid, signal.SIGKILL)          # no cleanup of any kind: mid-step, files open
     process.wait()
     assert process.returncode == -signal.SIGKILL, "the run ended before it could be killed mid-run"
 
-    subprocess.run(command(manifest_path, killed, "--resume"), cwd=ROOT, check=True, capture_output=True,
-                   timeout=600)
+
+def test_kill_9_mid_run_then_resume_reproduces_the_losses_bitwise(manifest_path, tmp_path, straight):
+    killed = tmp_path / "killed"
+    kill_9(command(manifest_path, killed), killed, "step-00000008.pt")
+    subprocess.run(command(manifest_path, killed, "--resume"), cwd=ROOT, check=True, capture_output=True, timeout=600)
     expected, got = losses(straight), losses(killed)
     assert sorted(got) == list(range(STEPS))
     assert all(got[step] == expected[step] for step in range(STEPS)), (expected, got)   # bitwise, not approx
     result = json.loads((killed / "train" / "result.json").read_text())
     assert result["last_loss"] == json.loads((straight / "train" / "result.json").read_text())["last_loss"]
+    lineage = lambda root: (root / "train" / "lineage" / "batches.jsonl").read_text()
+    assert lineage(killed) == lineage(straight)
+
+
+def test_a_data_parallel_run_killed_after_an_async_sharded_save_resumes_bitwise(manifest_path, tmp_path):
+    """dp=2 on torchrun, sharded checkpoints written asynchronously, killed after the step-8 checkpoint."""
+    settings = ("parallel.dp=2", "schedule.checkpoint_format=sharded", "schedule.checkpoint_async=true")
+    straight, killed = tmp_path / "straight", tmp_path / "killed"
+    subprocess.run(command(manifest_path, straight, settings=settings, processes=2), cwd=ROOT, check=True,
+                   capture_output=True, timeout=600)
+    kill_9(command(manifest_path, killed, settings=settings, processes=2), killed, "step-00000008")
+    subprocess.run(command(manifest_path, killed, "--resume", settings=settings, processes=2), cwd=ROOT, check=True,
+                   capture_output=True, timeout=600)
+    expected, got = losses(straight), losses(killed)
+    assert sorted(got) == list(range(STEPS))
+    assert all(got[step] == expected[step] for step in range(STEPS)), (expected, got)   # bitwise, not approx
     lineage = lambda root: (root / "train" / "lineage" / "batches.jsonl").read_text()
     assert lineage(killed) == lineage(straight)
