@@ -39,7 +39,11 @@ class ExtractSettings:
     extractor: str
     fallback_min_words: int
     fallback_min_gain: float
+    fallback_below_share: float
     comments_page_types: list[str]
+    page_type_hints: bool
+    repeated_line_min_words: int
+    keep_repeats_page_types: list[str]
     max_nesting_depth: int
     max_control_chars: float
     favor_precision: bool

@@ -25,6 +25,8 @@ import trafilatura
 
 from jobs.config import ExtractSettings
 from jobs.text.decode import decode_html
+from jobs.text.lines import drop_repeated_lines
+from jobs.text.page_type import page_type_hint
 
 log = logging.getLogger("weblm.jobs.extract")
 logging.getLogger("trafilatura").setLevel(logging.ERROR)  # it logs every page it finds too short
@@ -75,15 +77,19 @@ def tidy(text: str | None) -> str:
     return "\n".join(line.strip() for line in (text or "").splitlines() if line.strip())
 
 
-def choose_text(primary: str, fallback, cfg: ExtractSettings) -> str:
+def choose_text(primary: str, fallback, cfg: ExtractSettings, page_words=None) -> str:
     """rs-trafilatura's text, or trafilatura's (`fallback()`, run only when needed) where rs-trafilatura
-    found fewer than `fallback_min_words` words and trafilatura finds `fallback_min_gain` times as many.
+    found fewer than `fallback_min_words` words, or less than `fallback_below_share` of `page_words()` (the
+    page's main-content words by a cheap second extractor), and trafilatura finds `fallback_min_gain` times
+    as many.
 
     A short primary text is either a short page (both agree) or a miss (rs-trafilatura kept a title
-    and empty layout cells of a forum thread or a shop); only a clearly longer fallback is a better bet.
+    and empty layout cells of a forum thread or a shop, or one section of a long article); only a clearly
+    longer fallback is a better bet.
     """
     words = len(primary.split())
-    if words >= cfg.fallback_min_words:
+    if words >= cfg.fallback_min_words and not (
+            page_words is not None and cfg.fallback_below_share > 0 and words < cfg.fallback_below_share * page_words()):
         return primary
     other = fallback()
     return other if len(other.split()) > cfg.fallback_min_gain * words else primary
@@ -97,13 +103,20 @@ def _trafilatura(html: str, url: str | None, cfg: ExtractSettings, include_comme
     return tidy(text)
 
 
-def _rs_trafilatura(html: str, url: str | None, cfg: ExtractSettings):
+def _rs_trafilatura(html: str, url: str | None, cfg: ExtractSettings, page_type: str | None = None):
     import rs_trafilatura  # imported on first use: only the rs_trafilatura setting needs it
 
     result = rs_trafilatura.extract(
         html, url=url, favor_precision=cfg.favor_precision, favor_recall=cfg.favor_recall,
-        include_comments=cfg.include_comments, include_tables=cfg.include_tables)
+        include_comments=cfg.include_comments, include_tables=cfg.include_tables, page_type=page_type)
     return (result.title or "").strip() or None, tidy(result.main_content), result.page_type
+
+
+def _resiliparse_words(html: str) -> int:
+    """Words of resiliparse's main content: ~1 ms a page, the measure of how much text rs-trafilatura may have missed."""
+    from resiliparse.extract.html2text import extract_plain_text
+
+    return len(extract_plain_text(html, main_content=True).split())
 
 
 def main_text(html: str, url: str | None, cfg: ExtractSettings):
@@ -111,9 +124,13 @@ def main_text(html: str, url: str | None, cfg: ExtractSettings):
     if cfg.extractor == "trafilatura":
         title, text, page_type = head_title(html), _trafilatura(html, url, cfg), None
     elif cfg.extractor == "rs_trafilatura":
-        title, text, page_type = _rs_trafilatura(html, url, cfg)
+        hint = page_type_hint(html, url) if cfg.page_type_hints else None
+        title, text, page_type = _rs_trafilatura(html, url, cfg, hint)
         comments = cfg.include_comments and page_type in cfg.comments_page_types  # a forum's posts are its text
-        text = choose_text(text, lambda: _trafilatura(html, url, cfg, include_comments=comments), cfg)
+        text = choose_text(text, lambda: _trafilatura(html, url, cfg, include_comments=comments), cfg,
+                           page_words=lambda: _resiliparse_words(html))
+        if page_type not in cfg.keep_repeats_page_types:
+            text = drop_repeated_lines(text, cfg.repeated_line_min_words)
     else:
         raise ValueError(f"extract.extractor is {cfg.extractor!r}; use one of {', '.join(EXTRACTORS)}")
     return (title, text, page_type) if text else None

@@ -86,7 +86,7 @@ def test_comments_are_main_text_on_forums_only(monkeypatch):
     calls = []
 
     def rs_misses_the_posts(page_type):
-        def fake(html, url, cfg):  # rs-trafilatura's answer on a thread it misses: the title and little else
+        def fake(html, url, cfg, hint=None):  # rs-trafilatura's answer on a thread it misses: the title and little else
             return "Cedar planks?", "Cedar planks?", page_type
         return fake
 
@@ -105,13 +105,13 @@ def test_comments_are_main_text_on_forums_only(monkeypatch):
 
 def test_with_comments_off_no_page_type_keeps_them(monkeypatch):
     cfg = dataclasses.replace(CFG, include_comments=False)
-    monkeypatch.setattr(main_text_module, "_rs_trafilatura", lambda html, url, c: ("t", "t", "forum"))
+    monkeypatch.setattr(main_text_module, "_rs_trafilatura", lambda html, url, c, hint=None: ("t", "t", "forum"))
     _, text, _ = main_text(forum_thread(posts=8), None, cfg)
     assert "Reply 7:" not in text and "Opening post" in text
 
 
 def test_the_real_extractors_leave_the_comments_off_a_page_typed_as_an_article():
-    result = extract_document(forum_thread(posts=8).encode(), 200, "text/html", "utf-8", "https://boats.example/t/1", CFG)
+    result = extract_document(forum_thread(posts=8).encode(), 200, "text/html", "utf-8", "https://boats.example/stories/cedar-planks", CFG)
     assert isinstance(result, Extracted) and result.page_type == "article"  # rs-trafilatura's reading of it
     assert "Opening post" in result.text and "Reply" not in result.text
     assert "\n\n" not in result.text and all(line == line.strip() for line in result.text.splitlines())

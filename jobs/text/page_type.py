@@ -1,0 +1,35 @@
+"""A cheap page-type hint, so that rs-trafilatura can skip its own classifier where the page says what it is.
+
+rs-trafilatura reads the page type (article, forum, product, ...) with an XGBoost model over DOM features
+when its URL patterns do not decide; that costs about a third of its time on articles.  Most pages say it
+themselves: rs-trafilatura's own URL patterns (`classify_url`, used when it is confident), then an Open
+Graph `og:type` of `article` or a schema.org `Article`-family `@type` in JSON-LD.  On WCXB dev the hint
+decides 996 of 1,497 pages (94 % agreeing with the classifier) at -0.001 / -0.002 word-F1 on articles /
+other types (bench/extraction_units.py); pages with no hint keep the classifier.
+"""
+from __future__ import annotations
+
+import re
+
+_HEAD_CHARS = 65536  # og: tags live in the head
+_OG_TYPE = re.compile(r"<meta\b[^>]*?\b(?:property|name)\s*=\s*[\"']og:type[\"'][^>]*>", re.I)
+_CONTENT = re.compile(r"\bcontent\s*=\s*[\"']\s*([^\"']*)", re.I)
+_LD_ARTICLE = re.compile(r"\"@type\"\s*:\s*\[?\s*\"(?:Article|NewsArticle|BlogPosting|Report|ScholarlyArticle|"
+                         r"TechArticle|OpinionNewsArticle|AnalysisNewsArticle|ReportageNewsArticle)\"")
+
+
+def page_type_hint(html: str, url: str | None) -> str | None:
+    """The page's type when its URL or markup says it, else None (let rs-trafilatura's classifier decide)."""
+    import rs_trafilatura  # imported on first use, as main_text does
+
+    if url:
+        page_type, confidence = rs_trafilatura.classify_url(url)
+        if confidence:  # None: no URL pattern matched (its "article" is then only a default)
+            return page_type
+    match = _OG_TYPE.search(html, 0, _HEAD_CHARS)
+    content = _CONTENT.search(match.group(0)) if match else None
+    if content and content.group(1).strip().lower() == "article":
+        return "article"
+    if _LD_ARTICLE.search(html):
+        return "article"
+    return None
