@@ -115,3 +115,68 @@ def test_the_real_extractors_leave_the_comments_off_a_page_typed_as_an_article()
     assert isinstance(result, Extracted) and result.page_type == "article"  # rs-trafilatura's reading of it
     assert "Opening post" in result.text and "Reply" not in result.text
     assert "\n\n" not in result.text and all(line == line.strip() for line in result.text.splitlines())
+
+
+# --- what rs-trafilatura misses or repeats (resiliparse's word count, the page-type hint, repeated lines) ---
+
+from jobs.text.lines import drop_repeated_lines  # noqa: E402
+from jobs.text.page_type import page_type_hint  # noqa: E402
+
+BLURB = "Write, sketch and draw on your favourite notetaking app with the redesigned pen."
+
+
+def test_later_copies_of_long_lines_are_dropped_and_short_repeats_stay():
+    text = "\n".join([BLURB, "Reply", "First post text.", BLURB, "Reply", "A different line of six words here."])
+    assert drop_repeated_lines(text, 6).splitlines() == [
+        BLURB, "Reply", "First post text.", "Reply", "A different line of six words here."]
+    assert drop_repeated_lines(BLURB.upper() + "\n" + BLURB, 6) == BLURB.upper()  # same words, any case or spacing
+    assert drop_repeated_lines(text, 0) == text
+
+
+def test_the_page_says_its_type_or_the_classifier_decides():
+    og = "<html><head><meta property='og:type' content='article'></head><body></body></html>"
+    ld = '<html><script type="application/ld+json">{"@type": "BlogPosting"}</script></html>'
+    plain = "<html><head><title>Otters</title></head><body><p>Otters.</p></body></html>"
+    assert page_type_hint(og, "https://river.example/otters") == "article"
+    assert page_type_hint(ld, None) == "article"
+    assert page_type_hint(plain, "https://boats.example/t/cedar-planks/17") == "forum"  # rs-trafilatura's URL pattern
+    assert page_type_hint(plain, "https://river.example/otters") is None
+    assert page_type_hint(og.replace("'article'", "'website'"), None) is None
+
+
+def test_a_long_primary_text_gives_way_when_the_page_holds_far_more_words():
+    primary = " ".join(["word"] * CFG.fallback_min_words)
+    whole = " ".join(["w"] * int(CFG.fallback_min_words * CFG.fallback_min_gain + 1))
+    many = CFG.fallback_min_words / CFG.fallback_below_share + 1  # rs-trafilatura has under the share of these
+    assert choose_text(primary, lambda: whole, CFG, page_words=lambda: many) == whole
+    assert choose_text(primary, lambda: primary + " more", CFG, page_words=lambda: many) == primary  # not longer enough
+    assert choose_text(primary, lambda: pytest.fail("the fallback ran"), CFG,
+                       page_words=lambda: CFG.fallback_min_words) == primary
+    off = dataclasses.replace(CFG, fallback_below_share=0.0)
+    assert choose_text(primary, lambda: pytest.fail("the fallback ran"), off, page_words=lambda: many) == primary
+
+
+def test_repeated_blocks_are_kept_once_except_on_documentation(monkeypatch):
+    repeated = "\n".join([BLURB, "Colorful design", BLURB, BLURB])
+    for page_type, copies in (("product", 1), ("documentation", 3)):
+        monkeypatch.setattr(main_text_module, "_rs_trafilatura", lambda html, url, cfg, hint=None: (None, repeated, page_type))
+        monkeypatch.setattr(main_text_module, "_trafilatura", lambda *a, **k: "")
+        _, text, _ = main_text("<html></html>", None, dataclasses.replace(CFG, fallback_min_words=0))
+        assert text.count(BLURB) == copies
+
+
+def test_the_hint_reaches_rs_trafilatura(monkeypatch):
+    seen = []
+    real = main_text_module._rs_trafilatura
+    monkeypatch.setattr(main_text_module, "_rs_trafilatura",
+                        lambda html, url, cfg, hint=None: seen.append(hint) or real(html, url, cfg, hint))
+    page = forum_thread(posts=2).replace("<head>", "<head><meta property='og:type' content='article'>")
+    result = extract_document(page.encode(), 200, "text/html", "utf-8", "https://boats.example/stories/1", CFG)
+    no_hints = dataclasses.replace(CFG, page_type_hints=False)
+    extract_document(page.encode(), 200, "text/html", "utf-8", "https://boats.example/stories/1", no_hints)
+    assert seen == ["article", None] and isinstance(result, Extracted) and result.page_type == "article"
+
+
+def test_resiliparse_counts_the_main_content_words():
+    page = forum_thread(posts=0)  # the opening post: 4 sentences of 14 words, a title, a nav link
+    assert 4 * 14 <= main_text_module._resiliparse_words(page) <= 4 * 14 + 10
