@@ -14,9 +14,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import gzip
-import logging
 import sys
-from collections import defaultdict
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -25,13 +23,9 @@ sys.path.insert(0, str(ROOT))
 import rs_trafilatura  # noqa: E402
 import trafilatura  # noqa: E402
 
-from bench.extraction_quality import DATA, load_wcxb_dev, wcxb_scorer  # noqa: E402
-from jobs.config import load_jobs_config  # noqa: E402
+from bench.extraction_units import dev_setup, print_rules  # noqa: E402
 from jobs.text.decode import decode_html  # noqa: E402
 from jobs.text.main_text import choose_text, tidy  # noqa: E402
-
-TYPES = ("article", "forum", "product", "collection", "listing", "documentation", "service")
-
 
 def texts_of(page, cfg) -> dict:
     html = decode_html(gzip.decompress(page.html_gz.read_bytes()), None, aliases=cfg.charset_aliases,
@@ -59,34 +53,12 @@ def rules(cfg) -> dict:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--limit", type=int, help="at most this many pages per page type (a quick run)")
-    args = parser.parse_args()
-    scorer = wcxb_scorer()
-    if scorer is None:
-        print(f"skipped: {DATA / 'wcxb_dev'} is absent (the shared data set is not beside this checkout)")
+    setup = dev_setup(argparse.ArgumentParser(description=__doc__.split("\n\n")[0]))
+    if setup is None:
         return 0
-    logging.getLogger("trafilatura").setLevel(logging.CRITICAL)
-    cfg = load_jobs_config().extract
-    pages, taken = [], defaultdict(int)
-    for page in load_wcxb_dev(scorer):
-        if args.limit is None or taken[page.page_type] < args.limit:
-            taken[page.page_type] += 1
-            pages.append(page)
-    outputs = [(page, texts_of(page, cfg)) for page in pages]
-    print(f"WCXB dev, {len(pages)} pages: word F1 per page type (min_chars {cfg.min_chars} applied); P = precision")
-    print(f"  {'rule':<42}" + "".join(f"{t[:7]:>8}" for t in TYPES) + f"{'mixed':>8}{'P art':>7}{'P mix':>7}")
-    for name, rule in rules(cfg).items():
-        scores = defaultdict(list)
-        for page, texts in outputs:
-            text = rule(texts)
-            p_r_f = scorer.word_f1(text if len(text) >= cfg.min_chars else "", page.reference)
-            scores[page.page_type].append(p_r_f)
-            if page.page_type != "article":
-                scores["mixed"].append(p_r_f)
-        mean = lambda rows, i: sum(r[i] for r in rows) / len(rows) if rows else float("nan")
-        print(f"  {name:<42}" + "".join(f"{mean(scores[t], 2):8.3f}" for t in TYPES + ("mixed",))
-              + f"{mean(scores['article'], 0):7.3f}{mean(scores['mixed'], 0):7.3f}")
+    _, scorer, cfg, pages = setup
+    outputs = {page.id: texts_of(page, cfg) for page in pages}
+    print_rules(pages, outputs, rules(cfg), cfg, scorer)
     return 0
 
 

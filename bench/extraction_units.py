@@ -166,27 +166,22 @@ def rules(cfg) -> dict:
     }
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--limit", type=int, help="at most this many pages per page type (a quick run)")
-    parser.add_argument("--worst", type=int, default=0, help="print this many lowest-F1 pages per type (the job's rule)")
-    args = parser.parse_args()
-    scorer = wcxb_scorer()
-    if scorer is None:
-        print(f"skipped: {DATA / 'wcxb_dev'} is absent (the shared data set is not beside this checkout)")
-        return 0
-    logging.getLogger("trafilatura").setLevel(logging.CRITICAL)
-    cfg = load_jobs_config().extract
+def dev_pages(scorer, limit: int | None) -> list:
+    """WCXB dev's pages, at most `limit` of each type."""
     pages, taken = [], defaultdict(int)
     for page in load_wcxb_dev(scorer):
-        if args.limit is None or taken[page.page_type] < args.limit:
+        if limit is None or taken[page.page_type] < limit:
             taken[page.page_type] += 1
             pages.append(page)
-    outputs = cached_voters(pages, cfg)
+    return pages
+
+
+def print_rules(pages, outputs: dict, named_rules: dict, cfg, scorer) -> None:
+    """One row per rule: word F1 per page type (`extract.min_chars` applied), and precision on articles and the rest."""
     mean = lambda rows, i: sum(r[i] for r in rows) / len(rows) if rows else float("nan")
     print(f"WCXB dev, {len(pages)} pages: word F1 per page type (min_chars {cfg.min_chars} applied); P = precision")
     print(f"  {'rule':<44}" + "".join(f"{t[:7]:>8}" for t in TYPES) + f"{'mixed':>8}{'P art':>7}{'P mix':>7}")
-    for name, rule in rules(cfg).items():
+    for name, rule in named_rules.items():
         scores = defaultdict(list)
         for page in pages:
             text = rule(outputs[page.id])
@@ -196,6 +191,29 @@ def main() -> int:
                 scores["mixed"].append(p_r_f)
         print(f"  {name:<44}" + "".join(f"{mean(scores[t], 2):8.3f}" for t in TYPES + ("mixed",))
               + f"{mean(scores['article'], 0):7.3f}{mean(scores['mixed'], 0):7.3f}")
+
+
+def dev_setup(parser: argparse.ArgumentParser):
+    """(args, scorer, cfg, pages) for a WCXB dev bench with `--limit`, or None (said why) when the set is absent."""
+    parser.add_argument("--limit", type=int, help="at most this many pages per page type (a quick run)")
+    args = parser.parse_args()
+    scorer = wcxb_scorer()
+    if scorer is None:
+        print(f"skipped: {DATA / 'wcxb_dev'} is absent (the shared data set is not beside this checkout)")
+        return None
+    logging.getLogger("trafilatura").setLevel(logging.CRITICAL)
+    return args, scorer, load_jobs_config().extract, dev_pages(scorer, args.limit)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--worst", type=int, default=0, help="print this many lowest-F1 pages per type (the job's rule)")
+    setup = dev_setup(parser)
+    if setup is None:
+        return 0
+    args, scorer, cfg, pages = setup
+    outputs = cached_voters(pages, cfg)
+    print_rules(pages, outputs, rules(cfg), cfg, scorer)
     if args.worst:
         job = rules(cfg)["the job (conf/jobs.yaml)"]
         for page_type in TYPES:
