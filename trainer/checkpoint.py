@@ -179,6 +179,11 @@ def _prune(folder: Path, keep: int | None) -> None:
     for old in _listed(folder)[:-keep] if keep is not None else ():
         shutil.rmtree(old) if old.is_dir() else old.unlink()
         checksum_path(old).unlink(missing_ok=True)
+    found = _listed(folder)
+    for partial in folder.glob("step-*.partial") if found else ():   # saves killed before they were made visible
+        if partial.is_dir() and SHARDED_NAME.match(partial.name[:-8]) and \
+                int(SHARDED_NAME.match(partial.name[:-8]).group(1)) < checkpoint_step(found[-1]):
+            shutil.rmtree(partial, ignore_errors=True)
 
 
 def _save_gathered(folder: Path, step: int, parts: dict[str, Stateful], meta: dict[str, Any]) -> Path:
