@@ -248,6 +248,7 @@ class DedupSettings:
     paragraphs: ParagraphSettings
     contamination: ContaminationSettings
     shuffle_partitions: int
+    docs_per_shuffle_partition: int
 
 
 @dataclass(frozen=True)

@@ -100,11 +100,19 @@ class DedupJob(SparkJob):
             self.metrics.extra.setdefault("timings", {})[name] = {"seconds": round(seconds, 2), "spark_jobs": n_jobs}
             log.info("dedup part %-12s %7.1f s, %3d Spark jobs", name, seconds, n_jobs)
 
+    def partitions_for(self, spark, n_docs: int) -> int:
+        """Shuffle partitions for `n_docs` documents: one per `dedup.docs_per_shuffle_partition`, at least the
+        cores, at most `dedup.shuffle_partitions`.  Sized up front because adaptive execution cannot coalesce
+        what is cached (every persisted frame keeps its partitions, and each tiny task costs ~0.5 s)."""
+        cfg = self.cfg.dedup
+        wanted = -(-max(n_docs, 1) // max(cfg.docs_per_shuffle_partition, 1))
+        return max(1, min(cfg.shuffle_partitions, max(spark.sparkContext.defaultParallelism, wanted)))
+
     @contextmanager
-    def shuffle_partitions(self, spark):
-        """`dedup.shuffle_partitions` for this job's shuffles (adaptive execution coalesces the small ones, so a
-        small run still gets few tasks), the session's own setting restored afterwards (the pipeline shares it)."""
-        keys = {"spark.sql.shuffle.partitions": str(self.cfg.dedup.shuffle_partitions),
+    def shuffle_partitions(self, spark, partitions: int):
+        """`partitions` for this job's shuffles (adaptive execution coalesces the small ones further), the
+        session's own setting restored afterwards (the pipeline shares it)."""
+        keys = {"spark.sql.shuffle.partitions": str(partitions),
                 "spark.sql.adaptive.enabled": "true", "spark.sql.adaptive.coalescePartitions.enabled": "true"}
         before = {k: spark.conf.get(k, None) for k in keys}
         for k, v in keys.items():
@@ -132,9 +140,11 @@ class DedupJob(SparkJob):
         docs = (silver.select("doc_id", "url", "fetch_time", "text", quality.alias("p_quality"),
                               F.col("fetch_time").alias("p_time")).persist(StorageLevel.MEMORY_AND_DISK))
         try:
-            with self.shuffle_partitions(spark):
-                with self.part(spark, "read"):
-                    self.metrics.input_rows = docs.count()
+            with self.part(spark, "read"):
+                self.metrics.input_rows = docs.count()
+            partitions = self.partitions_for(spark, self.metrics.input_rows)
+            self.metrics.extra["shuffle_partitions"] = partitions
+            with self.shuffle_partitions(spark, partitions):
                 self.metrics.extra.update(table=cfg.tables.output, mode="full" if args.full else "incremental",
                                           signature_settings_sha256=signature_settings_sha(cfg),
                                           quality_column=cfg.quality_column if cfg.quality_column in silver.columns else None)

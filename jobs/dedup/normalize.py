@@ -62,6 +62,32 @@ def _classify(x: pa.Array) -> np.ndarray:
 
 @functools.lru_cache(maxsize=1)
 def codepoint_table() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """`_build_codepoint_table()`, kept in a file beside numba's cache so that each new Spark Python worker
+    loads it in milliseconds instead of rebuilding it (seconds; a stage's workers start afresh after a minute
+    idle).  Keyed by pyarrow's version (its Unicode tables) and this module's source; hand-written because
+    no library caches a numpy result across processes with that key, and a failed write only costs a rebuild."""
+    import os
+
+    with open(__file__, "rb") as f:
+        key = hashlib.sha256(f.read() + pa.__version__.encode()).hexdigest()[:16]
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "__pycache__", f"codepoints-{key}.npz")
+    try:
+        with np.load(path) as cached:
+            return cached["table"], cached["expansion_offsets"], cached["expansions"]
+    except (OSError, KeyError, ValueError):
+        pass
+    table, expansion_offsets, expansions = _build_codepoint_table()
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        tmp = f"{path}.{os.getpid()}.tmp.npz"
+        np.savez(tmp, table=table, expansion_offsets=expansion_offsets, expansions=expansions)
+        os.replace(tmp, path)  # atomic: parallel workers never read a half-written file
+    except OSError:
+        pass
+    return table, expansion_offsets, expansions
+
+
+def _build_codepoint_table() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """`(table, expansion_offsets, expansions)`: `normalize_texts` applied to each code point alone.
 
     table[cp] (int32): a single word character -> its code point (with `_SOLO` set for a character that

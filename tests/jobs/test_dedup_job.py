@@ -179,6 +179,7 @@ def test_the_report_gives_every_stage_and_every_reason(dedup_run):
                                      "too_short_after_paragraphs": 1}
     saved = json.loads((lake / "_metrics" / "dedup.json").read_text())
     assert saved["status"] == "ok" and saved["stages"] == metrics.extra["stages"]
+    assert saved["shuffle_partitions"] == 2  # a small run: one partition per core, not dedup.shuffle_partitions
 
 
 def test_a_bucket_of_many_identical_documents_takes_the_star_path(spark, corpus, tmp_path):

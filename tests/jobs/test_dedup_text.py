@@ -237,3 +237,18 @@ def test_invalid_utf8_is_cut_at_its_text_and_never_read_past():
     words, word_offsets = words_of_batch(texts)
     assert words.to_pylist() == ["good", "words", "here", "next", "text", "tail", "last"]
     assert word_offsets.tolist() == [0, 3, 6, 7]
+
+
+def test_the_code_point_table_loaded_from_its_cache_file_equals_a_fresh_build():
+    """New Spark Python workers load the table from beside numba's cache instead of rebuilding it."""
+    from pathlib import Path
+
+    from jobs.dedup import normalize
+
+    built = normalize._build_codepoint_table()
+    normalize.codepoint_table()  # written when missing
+    normalize.codepoint_table.cache_clear()
+    loaded = normalize.codepoint_table()  # a new process's first call: the file
+    assert list((Path(normalize.__file__).parent / "__pycache__").glob("codepoints-*.npz"))
+    assert all(np.array_equal(a, b) and a.dtype == b.dtype for a, b in zip(built, loaded))
+
