@@ -3,15 +3,20 @@
 Datatrove's shape: `filter(doc) -> doc | (None, reason)`; the reasons become the job's counters.
 The extractor is rs-trafilatura (Rust, page-type aware) with trafilatura as the fallback on pages
 where it finds little, or trafilatura alone (`extract.extractor`); both get the same `extract.*`
-switches.  The fallback's text wins only when it is several times longer (`choose_text`), and it keeps
-user comments only on the page types whose comments are their content (forums: rs-trafilatura's own
-page type says which).  Chosen on WCXB dev (bench/extraction_quality.py): rs-trafilatura alone
-0.935 / 0.762 word-F1 on articles / other types, trafilatura alone 0.929 / 0.698, the old fallback
-(under 50 words, longer wins) 0.939 / 0.764, this one (under 200 words, 2x longer, comments on
-forums only) 0.943 / 0.773 with precision above plain trafilatura's on both; trafilatura runs on
-3 % of articles.  Neither extractor's page-type settings (forcing the true type, favor_recall)
-moved rs-trafilatura by more than 0.003.  The title comes with rs-trafilatura's result, or from the page head: never
-through trafilatura's `with_metadata`, which costs about a third of its time.
+switches.  With rs-trafilatura:
+- the page type is hinted from the URL, og:type or JSON-LD when the page says it (`jobs.text.page_type`),
+  which skips rs-trafilatura's own classifier, a third of its time on articles;
+- trafilatura runs where rs-trafilatura found under `fallback_min_words` words, or under
+  `fallback_below_share` of the words resiliparse (~1 ms a page) finds as main content (a long article
+  cut to one section), and its text wins only when it is several times longer (`choose_text`); it keeps
+  user comments only on the page types whose comments are their content (forums);
+- later copies of long repeated lines are dropped (`jobs.text.lines`), except on documentation.
+Chosen on WCXB dev (bench/extraction_units.py per lever, bench/extraction_quality.py end to end):
+rs-trafilatura alone 0.935 / 0.762 word-F1 on articles / other types, trafilatura alone 0.929 / 0.698,
+the fallback under 200 words 0.943 / 0.773, with the three levers above (see conf/jobs.yaml for the
+figures); keeping lines that other extractors keep (votes, unions) lost precision on every type.
+The title comes with rs-trafilatura's result, or from the page head: never through trafilatura's
+`with_metadata`, which costs about a third of its time.
 """
 from __future__ import annotations
 
