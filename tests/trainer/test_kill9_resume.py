@@ -9,7 +9,6 @@ import time
 from pathlib import Path
 
 import mlflow
-import pytest
 from mlflow.tracking import MlflowClient
 
 from conftest import TINY
@@ -35,12 +34,17 @@ def losses(root: Path) -> dict[int, float]:
     return {m.step: m.value for m in client.get_metric_history(run.info.run_id, "loss")}
 
 
-@pytest.fixture(scope="module")
-def straight(manifest_path, tmp_path_factory) -> Path:
-    """The uninterrupted run, one process."""
-    root = tmp_path_factory.mktemp("straight")
-    subprocess.run(command(manifest_path, root), cwd=ROOT, check=True, capture_output=True, timeout=600)
-    return root
+def killed_and_uninterrupted(command_line: list[str], root: Path, checkpoint: str) -> None:
+    """Two copies of the run side by side: `root/killed`, killed once `checkpoint` is visible and then resumed, and
+    `root/straight`, left alone."""
+    straight, killed = root / "straight", root / "killed"
+    straight.mkdir(parents=True)
+    with open(straight / "stderr.txt", "w") as stderr:
+        uninterrupted = subprocess.Popen([a.replace(str(killed), str(straight)) for a in command_line], cwd=ROOT,
+                                         stdout=subprocess.DEVNULL, stderr=stderr)
+        kill_9(command_line, killed, checkpoint)
+        assert uninterrupted.wait(timeout=600) == 0, (straight / "stderr.txt").read_text()[-3000:]
+    subprocess.run([*command_line, "--resume"], cwd=ROOT, check=True, capture_output=True, timeout=600)
 
 
 def kill_9(command_line: list[str], killed: Path, checkpoint: str) -> None:
@@ -57,10 +61,9 @@ def kill_9(command_line: list[str], killed: Path, checkpoint: str) -> None:
     assert process.returncode == -signal.SIGKILL, "the run ended before it could be killed mid-run"
 
 
-def test_kill_9_mid_run_then_resume_reproduces_the_losses_bitwise(manifest_path, tmp_path, straight):
-    killed = tmp_path / "killed"
-    kill_9(command(manifest_path, killed), killed, "step-00000008.pt")
-    subprocess.run(command(manifest_path, killed, "--resume"), cwd=ROOT, check=True, capture_output=True, timeout=600)
+def test_kill_9_mid_run_then_resume_reproduces_the_losses_bitwise(manifest_path, tmp_path):
+    straight, killed = tmp_path / "straight", tmp_path / "killed"
+    killed_and_uninterrupted(command(manifest_path, killed), tmp_path, "step-00000008.pt")
     expected, got = losses(straight), losses(killed)
     assert sorted(got) == list(range(STEPS))
     assert all(got[step] == expected[step] for step in range(STEPS)), (expected, got)   # bitwise, not approx
@@ -74,11 +77,7 @@ def test_a_data_parallel_run_killed_after_an_async_sharded_save_resumes_bitwise(
     """dp=2 on torchrun, sharded checkpoints written asynchronously, killed after the step-8 checkpoint."""
     settings = ("parallel.dp=2", "schedule.checkpoint_format=sharded", "schedule.checkpoint_async=true")
     straight, killed = tmp_path / "straight", tmp_path / "killed"
-    subprocess.run(command(manifest_path, straight, settings=settings, processes=2), cwd=ROOT, check=True,
-                   capture_output=True, timeout=600)
-    kill_9(command(manifest_path, killed, settings=settings, processes=2), killed, "step-00000008")
-    subprocess.run(command(manifest_path, killed, "--resume", settings=settings, processes=2), cwd=ROOT, check=True,
-                   capture_output=True, timeout=600)
+    killed_and_uninterrupted(command(manifest_path, killed, settings=settings, processes=2), tmp_path, "step-00000008")
     expected, got = losses(straight), losses(killed)
     assert sorted(got) == list(range(STEPS))
     assert all(got[step] == expected[step] for step in range(STEPS)), (expected, got)   # bitwise, not approx
