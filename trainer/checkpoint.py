@@ -154,7 +154,8 @@ def _fsync_dir(folder: Path) -> None:
 
 
 def _sharded_parts(parts: dict[str, Stateful]) -> list[str]:
-    return [name for name, part in parts.items() if hasattr(part, "sharded_state_dict")]
+    # trainer/sharded_state.py's parts (megatron's own modules have a `sharded_state_dict` of another kind)
+    return [name for name, part in parts.items() if hasattr(part, "sharded_extra")]
 
 
 def save_checkpoint(folder: Path, step: int, parts: dict[str, Stateful], meta: dict[str, Any],
