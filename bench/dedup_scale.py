@@ -9,9 +9,9 @@ earlier original (a span of ~3% of its words deleted: Jaccard ~0.9) and 5 exact 
 (upper-cased, punctuation added); one original in 20 carries a shared boilerplate line.  Each size runs the
 dedup job (`python -m jobs.dedup.job --full`, conf/jobs.yaml's settings) in its own process and prints one
 JSON line: seconds, documents/s, the job's own time per part (`timings`: seconds and Spark jobs), drops by
-reason against the planted counts, the peak RSS of the job's process tree (driver JVM, Python workers) and the
-load average before and after (the machine is shared).  Then the growth: time(10x docs) / time(docs),
-against the 10x that linear cost would give.
+reason against the planted counts, the peak RSS and CPU seconds of the job's process tree (driver JVM, Python
+workers) and the load average before, during (mean, max) and after (the machine is shared).  Then the growth:
+time(10x docs) / time(docs), overall, in CPU seconds and per part, against the 10x that linear cost would give.
 `--identical N`: N identical documents plus N/10 originals, twice: with the default settings (exact dedup
 takes the copies) and with `dedup.exact.enabled=false` (every band holds one bucket of N documents: the
 LSH star cap, `dedup.minhash.all_pairs_max_bucket`, must keep it linear); time and peak RSS for both.
@@ -122,6 +122,7 @@ class PeakRss:
 
         self.root, self.peak, self._stop = psutil.Process(pid), 0, threading.Event()
         self.cpu: dict[int, float] = {}
+        self.loads: list[float] = []  # the 1-minute load average at each sample: what the run shared the cores with
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
 
@@ -135,6 +136,7 @@ class PeakRss:
                 for p in procs:
                     t = p.cpu_times()
                     self.cpu[p.pid] = t.user + t.system
+                self.loads.append(os.getloadavg()[0])
             except psutil.Error:
                 pass
             self._stop.wait(0.5)
@@ -169,7 +171,8 @@ def run_job(lake: Path, master: str, overlay: Path, overrides=()) -> dict:
             "candidate_pairs": m.get("candidate_pairs"), "duplicate_edges": m.get("duplicate_edges"),
             "largest_bucket": m.get("largest_bucket"), "giant_buckets": m.get("giant_buckets"),
             "components_on": m.get("components_on"), "peak_rss_mib": round(peak / 2**20), "cpu_s": round(cpu, 1),
-            "load_before": [round(x, 1) for x in load_before], "load_after": [round(x, 1) for x in os.getloadavg()]}
+            "load_before": [round(x, 1) for x in load_before], "load_after": [round(x, 1) for x in os.getloadavg()],
+            "load_during": {"mean": round(sum(rss.loads) / max(len(rss.loads), 1), 1), "max": round(max(rss.loads, default=0), 1)}}
 
 
 def main(argv=None) -> int:
@@ -197,15 +200,20 @@ def main(argv=None) -> int:
                 r = run_job(lake, master, overlay, overrides)
                 row = {"corpus": corpus, "documents": silver["documents"], "master": master,
                        "overrides": list(overrides), "planted": silver["planted"], "generate_s": made,
-                       "docs_per_s": round(silver["documents"] / r["job_s"], 1), **r}
+                       "docs_per_s": round(silver["documents"] / r["job_s"], 1),
+                       "docs_per_cpu_s": round(silver["documents"] / r["cpu_s"], 1) if r["cpu_s"] else None, **r}
                 print(json.dumps(row), flush=True)
                 rows.append(row)
-    generated = {(r["master"], r["documents"]): r["job_s"] for r in rows if r["corpus"] == "generated"}
-    for (master, n), seconds in sorted(generated.items()):
-        bigger = generated.get((master, n * 10))
-        if bigger:
-            print(json.dumps({"growth": f"{n} -> {n * 10}", "master": master, "time_ratio": round(bigger / seconds, 2),
-                              "linear_would_be": 10.0}), flush=True)
+    generated = {(r["master"], r["documents"]): r for r in rows if r["corpus"] == "generated"}
+    for (master, n), small in sorted(generated.items()):
+        big = generated.get((master, n * 10))
+        if big:
+            parts = {k: round(big["timings"][k]["seconds"] / v["seconds"], 2)
+                     for k, v in (small["timings"] or {}).items() if v["seconds"] and k in (big["timings"] or {})}
+            print(json.dumps({"growth": f"{n} -> {n * 10}", "master": master,
+                              "time_ratio": round(big["job_s"] / small["job_s"], 2),
+                              "cpu_ratio": round(big["cpu_s"] / small["cpu_s"], 2) if small["cpu_s"] else None,
+                              "linear_would_be": 10.0, "part_time_ratios": parts}), flush=True)
     return 0
 
 
