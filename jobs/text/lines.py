@@ -4,7 +4,7 @@ rs-trafilatura keeps every copy of a block that the page repeats (a carousel's s
 feature blurb in four tabs, a forum's quoted post); the copies add no text a model should learn twice
 and cost precision (WCXB dev: dropping repeats of lines of 6+ words lifts forums 0.757 -> 0.778 F1).
 Short lines ("Reply", "Share", a price) repeat legitimately, and documentation repeats code lines on
-purpose, so both stay (`extract.repeated_line_min_words`, `extract.keep_repeats_page_types`).
+purpose and articles may have refrains, so those stay (`extract.repeated_line_min_words`, `extract.keep_repeats_page_types`).
 """
 from __future__ import annotations
 

@@ -10,7 +10,7 @@ switches.  With rs-trafilatura:
   `fallback_below_share` of the words resiliparse (~1 ms a page) finds as main content (a long article
   cut to one section), and its text wins only when it is several times longer (`choose_text`); it keeps
   user comments only on the page types whose comments are their content (forums);
-- later copies of long repeated lines are dropped (`jobs.text.lines`), except on documentation.
+- later copies of long repeated lines are dropped (`jobs.text.lines`), except on articles and documentation.
 Chosen on WCXB dev (bench/extraction_units.py per lever, bench/extraction_quality.py end to end):
 rs-trafilatura alone 0.935 / 0.762 word-F1 on articles / other types, trafilatura alone 0.929 / 0.698,
 the fallback under 200 words 0.943 / 0.773, with the three levers above (see conf/jobs.yaml for the
