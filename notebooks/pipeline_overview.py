@@ -8,10 +8,10 @@
 # COMMAND ----------
 
 import json
-from pathlib import Path
 
 from pyspark.sql import functions as F
 
+import storage
 from conf.paths import load_paths
 from jobs.base import build_session
 from jobs.config import load_jobs_config
@@ -22,9 +22,9 @@ try:
 except NameError:
     spark, _ = build_session(load_jobs_config(), paths, None, "weblm-notebook")
 
-bronze = spark.read.format("delta").load(paths.table("bronze.pages"))
-silver = spark.read.format("delta").load(paths.table("silver.documents"))
-gold = spark.read.format("delta").load(paths.table("gold.tokens"))
+bronze = spark.read.format("delta").load(storage.spark_uri(paths.table("bronze.pages")))
+silver = spark.read.format("delta").load(storage.spark_uri(paths.table("silver.documents")))
+gold = spark.read.format("delta").load(storage.spark_uri(paths.table("gold.tokens")))
 
 # COMMAND ----------
 
@@ -55,10 +55,9 @@ bronze.groupBy("status").count().orderBy("status").show()
 
 # COMMAND ----------
 
-manifest_path = Path(paths.shards_dir) / "manifest.json"
-manifest = json.loads(manifest_path.read_text())
+manifest = json.loads(storage.read_text(f"{paths.shards_dir}/manifest.json"))   # a local folder or s3://, gs://
 first_shard = manifest["shards"][0]
-first_doc = json.loads((manifest_path.parent / first_shard["docs"]).read_text().splitlines()[0])
+first_doc = json.loads(storage.read_text(f"{paths.shards_dir}/{first_shard['docs']}").splitlines()[0])
 trace = (silver.where(F.col("doc_id") == first_doc["doc_id"]).select("doc_id", "title", "n_chars")
          .join(bronze.select("doc_id", "url", "fetch_time", "warc_file", "warc_offset"), "doc_id"))
 row = trace.first()
