@@ -109,6 +109,13 @@ def log_step(metrics: dict[str, float], step: int) -> None:
     mlflow.log_metrics(metrics, step=step, synchronous=False)
 
 
+def flush() -> None:
+    """Wait for the asynchronous metric writes: a checkpoint made visible after this has its steps' metrics in MLflow,
+    so a kill -9 after it loses none (a resume logs only the steps after the checkpoint)."""
+    if _ENABLED:
+        mlflow.flush_async_logging()
+
+
 def finish(artifacts: list[tuple[Path, str]], status: str = "FINISHED") -> None:
     if not _ENABLED:
         return

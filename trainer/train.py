@@ -231,6 +231,7 @@ def _steps(cfg: TrainerConfig, manifest: Manifest, folder: RunFolder, engine, lo
             log.info(meter.line(step, loss, lr, metrics["grad_norm"], tokens_per_s)
                      + (f" | val {metrics['val_loss']:.4f}" if "val_loss" in metrics else ""))
         if final or (step + 1) % cfg.schedule.checkpoint_interval == 0:
+            tracking.flush()   # the steps this checkpoint covers are in MLflow before it can be resumed from
             saved = folder.save_checkpoint(step + 1, state, _meta(cfg, manifest))
             if saved is not None:
                 tracking.log_checkpoint(step + 1, saved, folder.last_sha256)
