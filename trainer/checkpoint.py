@@ -28,6 +28,7 @@ import torch
 import torch.distributed as dist
 from megatron.core.tensor_parallel import random as mcore_random
 
+import storage
 from trainer.manifest import file_sha256
 
 log = logging.getLogger("trainer.checkpoint")
@@ -145,14 +146,6 @@ def _write_durably(path: Path, write) -> None:
     os.replace(tmp, path)       # atomic on POSIX: readers see the old set or the new file, never half of it
 
 
-def _fsync_dir(folder: Path) -> None:
-    directory = os.open(folder, os.O_RDONLY)
-    try:
-        os.fsync(directory)     # the renames themselves survive a power cut
-    finally:
-        os.close(directory)
-
-
 def _sharded_parts(parts: dict[str, Stateful]) -> list[str]:
     # trainer/sharded_state.py's parts (megatron's own modules have a `sharded_state_dict` of another kind)
     return [name for name, part in parts.items() if hasattr(part, "sharded_extra")]
@@ -197,7 +190,7 @@ def _save_gathered(folder: Path, step: int, parts: dict[str, Stateful], meta: di
     digest = file_sha256(staged)
     _write_durably(checksum_path(target), lambda f: f.write(f"{digest}  {target.name}\n".encode()))
     os.replace(staged, target)
-    _fsync_dir(folder)
+    storage.fsync_dir(folder)
     return target
 
 
@@ -289,7 +282,7 @@ def _publish(staged: Path, target: Path, keep: int | None) -> None:
     all but the newest `keep` checkpoints deleted."""
     sums = _sums(staged)
     _write_durably(staged / SUMS, lambda f: f.write(sums.encode()))
-    _fsync_dir(staged)
+    storage.fsync_dir(staged)
     digest = hashlib.sha256(sums.encode()).hexdigest()
     _write_durably(checksum_path(target), lambda f: f.write(f"{digest}  {target.name}/{SUMS}\n".encode()))
     if target.exists():   # the same step written again (after a rollback): the old copy goes first
@@ -298,7 +291,7 @@ def _publish(staged: Path, target: Path, keep: int | None) -> None:
         os.replace(target, aside)
         shutil.rmtree(aside)
     os.replace(staged, target)
-    _fsync_dir(target.parent)
+    storage.fsync_dir(target.parent)
     log.info("checkpoint %s written (sha256 of %s %s)", target, SUMS, digest[:12])
     _prune(target.parent, keep)
 

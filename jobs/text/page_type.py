@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import re
 
+# Two regexes, not an HTML or metadata parser (lxml, extruct, trafilatura's metadata): the hint exists to save
+# time, and parsing the page a second time would cost more than the classifier it skips.
 _HEAD_CHARS = 65536  # og: tags live in the head
 _OG_TYPE = re.compile(r"<meta\b[^>]*?\b(?:property|name)\s*=\s*[\"']og:type[\"'][^>]*>", re.I)
 _CONTENT = re.compile(r"\bcontent\s*=\s*[\"']\s*([^\"']*)", re.I)
