@@ -21,7 +21,7 @@ import shutil
 import warnings
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Callable, Protocol
 
 import numpy as np
 import torch
@@ -36,6 +36,10 @@ log = logging.getLogger("trainer.checkpoint")
 CHECKPOINT_NAME = re.compile(r"^step-(\d{8})\.pt$")   # gathered: one file
 SHARDED_NAME = re.compile(r"^step-(\d{8})$")           # sharded: a folder
 SUMS, COMMON = "SHA256SUMS", "common.pt"
+
+
+# Told a checkpoint's path and sha256 once it is visible (at once, or from the worker of an asynchronous save).
+OnVisible = Callable[[Path, str], None]
 
 
 class Stateful(Protocol):
@@ -119,11 +123,15 @@ def list_checkpoints(folder: Path) -> list[Path]:
 
 
 def _listed(folder: Path) -> list[Path]:
+    """The visible checkpoints now, without waiting for a save in flight (for threads other than training's)."""
     if not folder.is_dir():
         return []
     found = [p for p in folder.iterdir()
              if CHECKPOINT_NAME.match(p.name) or (SHARDED_NAME.match(p.name) and p.is_dir())]
     return sorted(found, key=lambda p: (checkpoint_step(p), p.name))
+
+
+listed_checkpoints = _listed
 
 
 def latest_checkpoint(folder: Path) -> Path | None:
@@ -152,12 +160,14 @@ def _sharded_parts(parts: dict[str, Stateful]) -> list[str]:
 
 
 def save_checkpoint(folder: Path, step: int, parts: dict[str, Stateful], meta: dict[str, Any],
-                    keep: int | None, sharded: bool | None = None) -> Path | None:
+                    keep: int | None, sharded: bool | None = None, on_visible: OnVisible | None = None) -> Path | None:
     """Write checkpoint `step` (every rank calls this), the checkpoint made visible last; then rank 0 deletes all
-    but the newest `keep` (None: delete nothing).  Sharded when the parts can be (`sharded` None) and `sharded`
-    is not False.  Rank 0 returns the checkpoint's path, the others None."""
-    if sharded is not False and _sharded_parts(parts):
-        return _save_sharded(folder, step, parts, meta, keep)
+    but the newest `keep` (None: delete nothing) and calls `on_visible(path, sha256)`.  Sharded when the parts can
+    be and `sharded` (None: `schedule.checkpoint_format` in meta's config) says so.  Rank 0 returns the checkpoint's path, the others None."""
+    if sharded is None:   # as the run is configured (parts that cannot be sharded write the gathered format)
+        sharded = meta.get("config", {}).get("schedule", {}).get("checkpoint_format", "sharded") == "sharded"
+    if sharded and _sharded_parts(parts):
+        return _save_sharded(folder, step, parts, meta, keep, on_visible)
     elif _rank() != 0:
         for part in parts.values():   # gathering the whole state is collective: every rank takes part
             part.state_dict()
@@ -166,7 +176,18 @@ def save_checkpoint(folder: Path, step: int, parts: dict[str, Stateful], meta: d
         target = _save_gathered(folder, step, parts, meta)
     if target is not None:
         _prune(folder, keep)
+        _tell(on_visible, target, checkpoint_sha256(target))
     return target
+
+
+def _tell(on_visible: OnVisible | None, target: Path, digest: str) -> None:
+    if on_visible is None:
+        return
+    try:
+        on_visible(target, digest)
+    except Exception as exc:  # noqa: BLE001  (a tag or an upload queue that fails loses no checkpoint)
+        log.warning("checkpoint %s is written, but what follows its save failed (%s: %s)", target,
+                    type(exc).__name__, exc)
 
 
 def _prune(folder: Path, keep: int | None) -> None:
@@ -230,7 +251,7 @@ def wait_for_saves() -> None:
 
 
 def _save_sharded(folder: Path, step: int, parts: dict[str, Stateful], meta: dict[str, Any],
-                  keep: int | None) -> Path | None:
+                  keep: int | None, on_visible: OnVisible | None = None) -> Path | None:
     """`step-<step>/`: every rank writes its shards and RNG states into `step-<step>.partial/`, rank 0 the common
     state and SHA256SUMS, then renames the folder into place.  With `schedule.checkpoint_async` (except the run's
     last step) the shards are written by DCP's async_save from a snapshot while training goes on."""
@@ -263,12 +284,12 @@ def _save_sharded(folder: Path, step: int, parts: dict[str, Stateful], meta: dic
     if not asynchronous:
         save(state, storage_writer=writer)
         if rank == 0:
-            _publish(staged, target, keep)
+            _publish(staged, target, keep, on_visible)
         return target if rank == 0 else None
     written = async_save(state, storage_writer=writer, process_group=ASYNC_SAVES.process_group())
     # rank 0's future resolves once every rank's shards and the metadata are written: then it can be published
     ASYNC_SAVES.pending = ASYNC_SAVES.publisher.submit(
-        lambda: (written.result(), rank == 0 and _publish(staged, target, keep)))
+        lambda: (written.result(), rank == 0 and _publish(staged, target, keep, on_visible)))
     return target if rank == 0 else None
 
 
@@ -277,9 +298,9 @@ def _sums(folder: Path) -> str:
                    if p.is_file() and p.name != SUMS)
 
 
-def _publish(staged: Path, target: Path, keep: int | None) -> None:
+def _publish(staged: Path, target: Path, keep: int | None, on_visible: OnVisible | None = None) -> None:
     """SHA256SUMS over every file of `staged`, the sidecar, then `staged` renamed to `target`, all fsynced; then
-    all but the newest `keep` checkpoints deleted."""
+    all but the newest `keep` checkpoints deleted, and `on_visible` told."""
     sums = _sums(staged)
     _write_durably(staged / SUMS, lambda f: f.write(sums.encode()))
     storage.fsync_dir(staged)
@@ -294,6 +315,7 @@ def _publish(staged: Path, target: Path, keep: int | None) -> None:
     storage.fsync_dir(target.parent)
     log.info("checkpoint %s written (sha256 of %s %s)", target, SUMS, digest[:12])
     _prune(target.parent, keep)
+    _tell(on_visible, target, digest)
 
 
 def checkpoint_sha256(path: Path) -> str:
@@ -386,3 +408,49 @@ def whole_state(path: Path) -> dict[str, Any]:
         groups.append(dict(settings, params=list(range(start, start + len(names)))))
         start += len(names)
     return payload | {"model": model, "optimizer": {"state": dict(sorted(state.items())), "param_groups": groups}}
+
+
+# -- checkpoints in an object store (a remote train_dir) ------------------------------------------------------------
+# A sharded checkpoint there is a prefix `step-N/` whose SHA256SUMS object is uploaded last: it counts as written only
+# once that object exists, so a reader never takes an upload cut short for a checkpoint.
+
+def stored_checkpoints(folder: str) -> list[str]:
+    """The names of the whole checkpoints under `folder` (a path or URI): `step-N.pt` objects and `step-N` prefixes
+    that hold their SHA256SUMS; sorted oldest first."""
+    names = [entry.rstrip("/").rsplit("/", 1)[-1] for entry in storage.listdir(folder)]
+    found = [n for n in names if CHECKPOINT_NAME.match(n)
+             or (SHARDED_NAME.match(n) and storage.exists(storage.join(folder, n, SUMS)))]
+    return sorted(found, key=lambda n: (int(n[5:13]), n))
+
+
+def remove_stored(folder: str, name: str) -> None:
+    """Delete a stored checkpoint and its sidecar, its SHA256SUMS first, so that no reader lists it half deleted."""
+    where = storage.join(folder, name)
+    if SHARDED_NAME.match(name):
+        storage.remove(storage.join(where, SUMS))
+        storage.remove(where, recursive=True)
+    else:
+        storage.remove(where)
+    storage.remove(where + ".sha256")
+
+
+def download_checkpoint(location: str, target: Path) -> Path:
+    """Copy the checkpoint at `location` (a `step-N.pt` object or a `step-N/` prefix) and its sidecar to `target`;
+    read_checkpoint then verifies every file against them.  FileNotFoundError when it is not there."""
+    if target.is_dir():
+        shutil.rmtree(target)
+    target.unlink(missing_ok=True)
+    sidecar = checksum_path(target)
+    sidecar.unlink(missing_ok=True)
+    if storage.exists(location + ".sha256"):
+        storage.get_file(location + ".sha256", sidecar)
+    if not SHARDED_NAME.match(location.rstrip("/").rsplit("/", 1)[-1]):
+        storage.get_file(location, target)
+        return target
+    listed = storage.read_text(storage.join(location, SUMS))   # FileNotFoundError: not (completely) uploaded
+    target.mkdir(parents=True)
+    for line in listed.splitlines():
+        name = line.split("  ", 1)[1]
+        storage.get_file(storage.join(location, *name.split("/")), target / name)
+    _write_durably(target / SUMS, lambda f: f.write(listed.encode()))
+    return target

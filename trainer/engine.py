@@ -27,7 +27,6 @@ from trainer.losses import masked_sums, source_sums, token_losses
 from trainer.model import build_model
 from trainer.optim import build_optimizer, build_scheduler
 from trainer.sharded_state import ShardedModel, ShardedOptimizer
-from trainer.shards import WholeModel, WholeOptimizer
 
 
 @dataclass
@@ -71,11 +70,9 @@ class CpuEngine:
             self.forward_backward = get_forward_backward_func()
 
     def parts(self) -> dict[str, Any]:
-        """The engine's checkpoint parts: sharded (each rank saves and loads its own shards) or whole."""
-        if self.cfg.schedule.checkpoint_format == "sharded":
-            return {"model": ShardedModel(self.model), "optimizer": ShardedOptimizer(self.optimizer, self.model),
-                    "scheduler": self.scheduler}
-        return {"model": WholeModel(self.model), "optimizer": WholeOptimizer(self.optimizer, self.model),
+        """The engine's checkpoint parts: they save as shards (each rank its own) or whole, as
+        `schedule.checkpoint_format` says (trainer/checkpoint.py), and load either, so a run may change format."""
+        return {"model": ShardedModel(self.model), "optimizer": ShardedOptimizer(self.optimizer, self.model),
                 "scheduler": self.scheduler}
 
     @property

@@ -29,7 +29,7 @@ from urllib.parse import urlsplit
 import storage
 from conf import ConfigError, split_paths_overrides
 from conf.paths import is_uri, load_paths
-from trainer.checkpoint import CheckpointError, read_checkpoint
+from trainer.checkpoint import CheckpointError, download_checkpoint, read_checkpoint
 from trainer.input_cache import open_manifest
 from trainer.lineage import batch_digest, parse_lines
 from trainer.manifest import ManifestError, load_manifest
@@ -97,9 +97,9 @@ def _logged_digests(lineage: str) -> dict[int, str]:
 
 
 def _default_lineage(checkpoint: str) -> str:
-    """`<run>/checkpoints/step-N.pt` -> `<run>/lineage/batches.jsonl`, for paths and URIs alike."""
+    """`<run>/checkpoints/step-N.pt` (or the folder `step-N/`) -> `<run>/lineage/batches.jsonl`, for paths and URIs."""
     if is_uri(checkpoint):
-        return checkpoint.rsplit("/", 2)[0] + "/lineage/batches.jsonl"
+        return checkpoint.rstrip("/").rsplit("/", 2)[0] + "/lineage/batches.jsonl"
     return str(Path(checkpoint).parent.parent / "lineage" / "batches.jsonl")
 
 
@@ -181,17 +181,17 @@ def _read_checkpoint(checkpoint: str, cache: Callable[[], str]) -> dict:
         return read_checkpoint(Path(checkpoint))
     Path(cache()).mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=cache(), prefix="provenance-") as folder:
-        local = Path(folder) / checkpoint.rsplit("/", 1)[-1]
+        local = Path(folder) / checkpoint.rstrip("/").rsplit("/", 1)[-1]
         try:
-            storage.get_file(checkpoint, local)
+            download_checkpoint(checkpoint.rstrip("/"), local)   # a step-N.pt object or a sharded step-N/ prefix
         except FileNotFoundError as exc:
-            raise CheckpointError(f"no checkpoint at {checkpoint}") from exc
+            raise CheckpointError(f"no (whole) checkpoint at {checkpoint}") from exc
         return read_checkpoint(local)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("checkpoint", help="step-N.pt: a path or a URI")
+    parser.add_argument("checkpoint", help="step-N/ (sharded) or step-N.pt (gathered): a path or a URI")
     parser.add_argument("--lineage", help="batches.jsonl (default: <run>/lineage/batches.jsonl)")
     parser.add_argument("--out", help="write one JSON line per document here (a path or a URI)")
     parser.add_argument("--step", type=int, help="only this training step (0-based): its samples and documents, "

@@ -2,9 +2,12 @@
 that is uploaded in the background.
 
 A local train_dir is written as it always was.  For `s3://…/train`, the trainer writes the same layout
-under `<paths.train_staging>/<train_dir as a folder name>/`: a checkpoint is saved there (atomically) and
-handed to `storage.upload.Uploader`, which deletes the staged file only once the store holds it, so
-`checkpoints/` in staging holds exactly the checkpoints not yet durable.  The lineage and result.json
+under `<paths.train_staging>/<train_dir as a folder name>/`: a checkpoint is saved there (atomically) and,
+once visible, handed to `storage.upload.Uploader`, which deletes the staged copy only once the store holds it,
+so `checkpoints/` in staging holds exactly the checkpoints not yet durable.  A sharded checkpoint's folder goes
+file by file, its SHA256SUMS last: the store lists it only once that object is there
+(trainer/checkpoint.py's `stored_checkpoints`).  The ranks write their shards into one staging folder, so a
+sharded run on a remote train_dir needs the ranks on one machine (or staging on a shared file system).  The lineage and result.json
 are working files in staging, snapshotted into `outbox/` (the train_dir layout) to be uploaded at each
 checkpoint and at the end.  Training never waits for the store, except at the end (`close`), with a
 timeout; whatever is left stays in staging, is counted and logged, and the next start sends it.
@@ -19,16 +22,17 @@ import re
 import shutil
 import threading
 import time
-from concurrent.futures import Future
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import storage
 from storage import is_uri, join
 from storage.upload import Uploader, recover
-from trainer.checkpoint import (CHECKPOINT_NAME, CheckpointError, checkpoint_sha256, checksum_path, list_checkpoints,
-                                save_checkpoint)
+from trainer.checkpoint import (CHECKPOINT_NAME, SHARDED_NAME, SUMS, CheckpointError, checksum_path,
+                                download_checkpoint, list_checkpoints, listed_checkpoints, remove_stored,
+                                save_checkpoint, stored_checkpoints, wait_for_saves)
 from trainer.lineage import parse_lines
 
 log = logging.getLogger("trainer.run_folder")
@@ -78,8 +82,11 @@ class RunFolder:
         self._published: dict[str, tuple[int, int]] = {}   # (size, mtime) of each file's last queued snapshot
         self._written: set[str] = set()   # working files this process writes (and so sends at the end)
         self._prune_lock = threading.Lock()
+        self._folder_uploads: list[Future] = []   # sharded checkpoints on their way, one folder at a time
+        self.last_sha256 = ""
         if self.remote:
             self.uploader = Uploader(on_durable=self._on_durable, name="train-upload")
+            self._folder_sender = ThreadPoolExecutor(max_workers=1, thread_name_prefix="train-upload-folders")
             self._recover()
 
     # -- where things are ------------------------------------------------------------------------------------
@@ -107,38 +114,75 @@ class RunFolder:
         found = self.checkpoints()
         return found[-1] if found else None
 
-    def save_checkpoint(self, step: int, parts: dict[str, Any], meta: dict[str, Any]) -> str:
-        """Write checkpoint `step`; its location is returned and its sha256 kept in `last_sha256`."""
+    def save_checkpoint(self, step: int, parts: dict[str, Any], meta: dict[str, Any],
+                        on_visible: Callable[[str, str], None] | None = None) -> str:
+        """Write checkpoint `step`; its location is returned.  Once it is visible (at once, or when an asynchronous
+        save lands), its sha256 is kept in `last_sha256`, it is queued for upload (a remote train_dir), and
+        `on_visible(location, sha256)` is called."""
+        def visible(path: Path, digest: str) -> None:
+            self.last_sha256 = digest
+            if self.remote:
+                self._send(path)
+            if on_visible is not None:
+                on_visible(self.location(f"checkpoints/{path.name}") if self.remote else str(path), digest)
+
         if not self.remote:
-            path = save_checkpoint(self.files.checkpoints, step, parts, meta, self.keep)
-            self.last_sha256 = checkpoint_sha256(path)   # "pending" while an asynchronous save writes it
-            return str(path)
+            return str(save_checkpoint(self.files.checkpoints, step, parts, meta, self.keep, on_visible=visible))
         # Staged copies leave only by upload; the store keeps the newest `keep` (pruned as uploads land).
-        path = save_checkpoint(self.files.checkpoints, step, parts, meta, keep=None, sharded=False)   # uploads files
-        self.last_sha256 = checksum_path(path).read_text().split()[0]
-        destination = self.location(f"checkpoints/{path.name}")
-        self.uploader.submit(checksum_path(path), destination + ".sha256")
-        self.uploader.submit(path, destination)
+        path = save_checkpoint(self.files.checkpoints, step, parts, meta, keep=None, on_visible=visible)
         self.publish(LINEAGE, wait_s=None)
-        return destination
+        return self.location(f"checkpoints/{path.name}")
+
+    def _send(self, path: Path) -> None:
+        """Queue a visible staged checkpoint for upload: a file with its sidecar, or a sharded folder."""
+        destination = self.location(f"checkpoints/{path.name}")
+        if path.is_dir():
+            self._folder_uploads.append(self._folder_sender.submit(self._send_folder, path, destination))
+        else:
+            self.uploader.submit(checksum_path(path), destination + ".sha256")
+            self.uploader.submit(path, destination)
+
+    def _send_folder(self, path: Path, destination: str) -> bool:
+        """Upload a sharded checkpoint: its files and sidecar, then (all durable) its SHA256SUMS, which makes it a
+        checkpoint in the store; only then is the staged folder deleted.  A file that fails every retry leaves the
+        folder staged (and unlisted in the store) for the next start."""
+        sidecar = checksum_path(path)
+        files = [p for p in sorted(path.rglob("*")) if p.is_file() and p.name != SUMS]
+        uploads = [self.uploader.submit(p, join(destination, *p.relative_to(path).parts), keep_local=True)
+                   for p in files] + [self.uploader.submit(sidecar, destination + ".sha256", keep_local=True)]
+
+        def durable(upload: Future) -> bool:
+            try:
+                return bool(upload.result())
+            except Exception:  # noqa: BLE001  (cancelled when the run ends first: it stays staged)
+                return False
+
+        if not all([durable(u) for u in uploads]) or not durable(
+                self.uploader.submit(path / SUMS, join(destination, SUMS), keep_local=True)):
+            log.error("checkpoint %s is not (wholly) in %s yet; it stays in staging and the next start sends it",
+                      path.name, destination)
+            return False
+        shutil.rmtree(path)
+        sidecar.unlink(missing_ok=True)
+        self._prune_store()
+        return True
 
     def local_copy(self, checkpoint: str) -> tuple[Path, bool]:
-        """A local file holding `checkpoint`, and whether it is a copy made for reading it (delete it after)."""
+        """A local file holding `checkpoint`, and whether it is a copy made for reading it (delete it after).  A
+        sharded checkpoint's folder is not "made for reading": its shards are read when it is restored, later,
+        so it stays in `downloads/` until the next download replaces it."""
         if not self.remote:
             return Path(checkpoint), False
         name = checkpoint.rsplit("/", 1)[-1]
         target = self.files.out / "downloads" / name
         target.parent.mkdir(parents=True, exist_ok=True)
+        if SHARDED_NAME.match(name):
+            return self._folder_copy(checkpoint, target), False
         target.unlink(missing_ok=True)
         self._fetch_checksum(checkpoint, checksum_path(target))
         staged = self.files.checkpoints / name
         try:   # a hard link (else a copy): the uploader deletes the staged file as soon as the store holds it
-            try:
-                os.link(staged, target)
-            except FileNotFoundError:
-                raise
-            except OSError:   # no hard links on this file system
-                shutil.copyfile(staged, target)
+            _link_or_copy(staged, target)
             return target, True
         except FileNotFoundError:   # not staged (any more): it is in the store
             pass
@@ -151,6 +195,31 @@ class RunFolder:
         log.info("downloaded %s (%.1f MiB) in %.1f s", checkpoint, target.stat().st_size / 2**20,
                  time.perf_counter() - began)
         return target, True
+
+    def _folder_copy(self, checkpoint: str, target: Path) -> Path:
+        for old in target.parent.iterdir():   # an earlier resume's download
+            if SHARDED_NAME.match(old.name) and old.is_dir():
+                shutil.rmtree(old)
+        staged = self.files.checkpoints / target.name
+        try:   # hard links (else copies) of the staged folder: the upload deletes it once the store holds it
+            shutil.copytree(staged, target, copy_function=_link_or_copy)
+            shutil.copyfile(checksum_path(staged), checksum_path(target))
+            if (target / SUMS).is_file():
+                return target
+        except (FileNotFoundError, shutil.Error):   # not staged (any more): it is in the store
+            pass
+        shutil.rmtree(target, ignore_errors=True)
+        began = time.perf_counter()
+        try:
+            download_checkpoint(checkpoint, target)
+        except FileNotFoundError as exc:
+            raise CheckpointError(f"{checkpoint} is not whole in the store ({exc})") from exc
+        except Exception as exc:  # noqa: BLE001  (any client error: say which object and what to check)
+            raise CheckpointError(f"cannot download {checkpoint} ({type(exc).__name__}: {exc}); check that the "
+                                  "store is reachable (conf/storage.yaml) and resume again") from exc
+        log.info("downloaded %s (%.1f MiB) in %.1f s", checkpoint,
+                 sum(p.stat().st_size for p in target.rglob("*") if p.is_file()) / 2**20, time.perf_counter() - began)
+        return target
 
     def _fetch_checksum(self, checkpoint: str, target: Path) -> None:
         """The checkpoint's sha256 sidecar beside its local copy, from staging or the store, if it has one."""
@@ -167,28 +236,28 @@ class RunFolder:
     def _stored_checkpoints(self) -> list[str]:
         folder = join(self.home, "checkpoints")
         try:
-            found = storage.listdir(folder)
+            return stored_checkpoints(folder)
         except Exception as exc:  # noqa: BLE001  (any client error: the run cannot know its checkpoints)
             raise CheckpointError(f"cannot list {folder} ({type(exc).__name__}: {exc}); the trainer must know the "
                                   "run's checkpoints before it starts: check that the store is reachable "
                                   "(conf/storage.yaml) and start again") from exc
-        return sorted(name for name in (f.rsplit("/", 1)[-1] for f in found) if CHECKPOINT_NAME.match(name))
 
     def _on_durable(self, local: str, destination: str) -> None:
-        """An upload landed: drop stored checkpoints beyond the newest `keep` of stored and staged ones together."""
-        if not destination.startswith(join(self.home, "checkpoints") + "/"):
-            return
+        """A gathered checkpoint landed: prune (a sharded one prunes once its SHA256SUMS lands)."""
+        if destination.startswith(join(self.home, "checkpoints") + "/") and \
+                CHECKPOINT_NAME.match(destination.rsplit("/", 1)[-1]):
+            self._prune_store()
+
+    def _prune_store(self) -> None:
+        """Drop stored checkpoints beyond the newest `keep` of stored and staged ones together."""
         with self._prune_lock:
             try:
                 stored = self._stored_checkpoints()
-                staged = {p.name for p in list_checkpoints(self.files.checkpoints)}
-                keep = set(sorted(set(stored) | staged)[-self.keep:])
+                staged = {p.name for p in listed_checkpoints(self.files.checkpoints)}
+                keep = set(sorted(set(stored) | staged, key=lambda n: (n[:13], n))[-self.keep:])
                 for name in stored:
                     if name not in keep:
-                        storage.remove(join(self.home, "checkpoints", name))
-                        sidecar = join(self.home, "checkpoints", name + ".sha256")
-                        if storage.exists(sidecar):
-                            storage.remove(sidecar)
+                        remove_stored(join(self.home, "checkpoints"), name)
             except Exception as exc:  # noqa: BLE001  (pruning is housekeeping: the next upload prunes again)
                 log.warning("could not prune old checkpoints under %s (%s: %s); the next upload tries again",
                             self.home, type(exc).__name__, exc)
@@ -256,6 +325,10 @@ class RunFolder:
     def _recover(self) -> None:
         """Send what an earlier process left in staging: checkpoints, and the newest lineage/result."""
         sent = recover(self.uploader, self.files.checkpoints, join(self.home, "checkpoints"), (".pt", ".pt.sha256"))
+        for folder in listed_checkpoints(self.files.checkpoints):   # visible sharded folders not yet sent
+            if folder.is_dir():
+                self._send(folder)
+                sent += sum(1 for p in folder.rglob("*") if p.is_file()) + 1
         for relative in (LINEAGE, RESULT):
             if not (self.outbox / relative).is_file():
                 continue
@@ -275,15 +348,23 @@ class RunFolder:
         """
         if not self.remote:
             return 0
+        if timeout_s > 0:
+            wait_for_saves()   # an asynchronous save still in flight (a --stop-after) becomes visible and is sent
         deadline = time.monotonic() + timeout_s
         remaining = lambda: max(0.0, deadline - time.monotonic())   # noqa: E731
         for relative in sorted(self._written):
             if self._stale(relative):
                 self.publish(relative, wait_s=remaining())
+        for upload in self._folder_uploads:   # each queues its SHA256SUMS only when its other files are durable
+            try:
+                upload.result(timeout=remaining())
+            except Exception:  # noqa: BLE001  (a timeout: that folder stays in staging)
+                pass
         pending = self.uploader.pending()
         if pending:
             log.info("waiting up to %.0f s for %d upload(s) to %s", remaining(), pending, self.home)
         self.uploader.close(timeout_s=remaining())
+        self._folder_sender.shutdown(wait=True, cancel_futures=True)
         left = self.left_in_staging()
         counts = self.uploader.counts
         if left:
@@ -298,10 +379,20 @@ class RunFolder:
 
     def left_in_staging(self) -> list[str]:
         """Staged files the store does not hold yet, relative to the staging folder."""
-        found = (list(self.files.checkpoints.glob("step-*.pt")) + list(self.files.checkpoints.glob("step-*.pt.sha256"))
+        found = (list(self.files.checkpoints.glob("step-*.pt")) + list(self.files.checkpoints.glob("step-*.sha256"))
+                 + [f for d in self.files.checkpoints.glob("step-*") if SHARDED_NAME.match(d.name) for f in d.rglob("*")]
                  + list(self.outbox.rglob("*")))
         return sorted(str(p.relative_to(self.files.out)) for p in found
                       if p.is_file() and not p.name.startswith("."))
+
+
+def _link_or_copy(src: str, dst: str) -> None:
+    try:
+        os.link(src, dst)
+    except FileNotFoundError:
+        raise
+    except OSError:   # no hard links on this file system
+        shutil.copyfile(src, dst)
 
 
 def _steps_below(lineage: Path, before_step: int) -> int:
@@ -331,9 +422,9 @@ class FollowerFolder:
     def latest_checkpoint(self) -> str | None:
         return None
 
-    def save_checkpoint(self, step: int, parts: dict[str, Any], meta: dict[str, Any]) -> None:
+    def save_checkpoint(self, step: int, parts: dict[str, Any], meta: dict[str, Any], on_visible=None) -> None:
         # every rank writes its shards (sharded format) or takes part in gathering the whole state
-        save_checkpoint(self.files.checkpoints, step, parts, meta, keep=None, sharded=False if self.remote else None)
+        save_checkpoint(self.files.checkpoints, step, parts, meta, keep=None)
 
     def prepare_lineage(self, before_step: int) -> None:
         return None

@@ -96,10 +96,12 @@ def start_run(cfg: TrainerConfig, paths: Paths, manifest: Manifest, model_info: 
     return run
 
 
-def log_checkpoint(step: int, location: str, sha256: str) -> None:
-    """Where checkpoint `step` is and its sha256, as a tag: the run names its checkpoints without storing them."""
+def log_checkpoint(run_id: str, step: int, location: str, sha256: str) -> None:
+    """Where checkpoint `step` is and its sha256, as a tag: the run names its checkpoints without storing them.
+    Called when the checkpoint is visible, from an asynchronous save's worker too (so by run id, not the
+    thread's active run)."""
     if _ENABLED:
-        mlflow.set_tag(f"checkpoint.step-{step:08d}", f"{location} sha256:{sha256}")
+        MlflowClient().set_tag(run_id, f"checkpoint.step-{step:08d}", f"{location} sha256:{sha256}")
 
 
 def log_step(metrics: dict[str, float], step: int) -> None:

@@ -51,7 +51,7 @@ class TrainingUnstable(RuntimeError):
 # Settings that may change between a killed run and its resume; every other one shapes the trajectory.
 RESUMABLE_CHANGES = ("schedule.log_interval", "schedule.checkpoint_interval", "schedule.keep_checkpoints",
                      "schedule.eval_interval", "schedule.eval_batches", "experiment", "remote.download_attempts",
-                     "remote.drain_timeout_s",
+                     "remote.drain_timeout_s", "schedule.checkpoint_format", "schedule.checkpoint_async",
                      # checkpoints hold whole (unsharded) state and batches do not depend on dp: a run may
                      # resume at another tensor/pipeline/data-parallel layout
                      "parallel.tp", "parallel.pp", "parallel.dp", "data.prefetch",
@@ -232,9 +232,9 @@ def _steps(cfg: TrainerConfig, manifest: Manifest, folder: RunFolder, engine, lo
                      + (f" | val {metrics['val_loss']:.4f}" if "val_loss" in metrics else ""))
         if final or (step + 1) % cfg.schedule.checkpoint_interval == 0:
             tracking.flush()   # the steps this checkpoint covers are in MLflow before it can be resumed from
-            saved = folder.save_checkpoint(step + 1, state, _meta(cfg, manifest))
-            if saved is not None:
-                tracking.log_checkpoint(step + 1, saved, folder.last_sha256)
+            saved = folder.save_checkpoint(step + 1, state, _meta(cfg, manifest), on_visible=(
+                lambda location, digest, run_id=progress.run_id, step=step + 1:
+                tracking.log_checkpoint(run_id, step, location, digest)))
         if stop_after is not None and step + 1 >= stop_after and not final:
             log.warning("stopping after step %d as asked (--stop-after); resume with --resume", step + 1)
             lineage.close()

@@ -7,22 +7,23 @@ from mlflow.tracking import MlflowClient
 from conf import ConfigError
 from conftest import tiny_config, tmp_paths
 from trainer.checkpoint import CheckpointError, checksum_path, read_checkpoint
+from trainer.manifest import file_sha256
 from trainer.train import train
 
 STEPS = 6
 
 
-def _killed_run(manifest_path, tmp_path, name="killed"):
+def _killed_run(manifest_path, tmp_path, name="killed", checkpoint_format="sharded"):
     cfg = tiny_config(f"schedule.steps={STEPS}", "schedule.checkpoint_interval=2", "schedule.eval_interval=0",
-                      "schedule.keep_checkpoints=3")
+                      "schedule.keep_checkpoints=3", f"schedule.checkpoint_format={checkpoint_format}")
     paths = tmp_paths(tmp_path / name)
     assert train(cfg, paths, manifest_path, stop_after=5) is None     # checkpoints at steps 2 and 4
     folder = tmp_path / name / "train" / "checkpoints"
     return cfg, paths, folder
 
 
-def test_a_truncated_latest_checkpoint_falls_back_to_the_one_before(manifest_path, tmp_path, caplog):
-    cfg, paths, folder = _killed_run(manifest_path, tmp_path)
+def test_a_truncated_latest_gathered_checkpoint_falls_back_to_the_one_before(manifest_path, tmp_path, caplog):
+    cfg, paths, folder = _killed_run(manifest_path, tmp_path, checkpoint_format="gathered")
     latest = folder / "step-00000004.pt"
     latest.write_bytes(latest.read_bytes()[: latest.stat().st_size // 2])
     checksum_path(latest).unlink()          # no checksum either: torch.load itself must notice
@@ -34,23 +35,35 @@ def test_a_truncated_latest_checkpoint_falls_back_to_the_one_before(manifest_pat
     read_checkpoint(latest)                 # step 4 was trained again and rewritten whole
 
 
-def test_a_flipped_byte_is_caught_by_the_checksum(manifest_path, tmp_path, caplog):
+def test_a_flipped_byte_is_caught_by_the_checksums(manifest_path, tmp_path, caplog):
     cfg, paths, folder = _killed_run(manifest_path, tmp_path)
-    latest = folder / "step-00000004.pt"
-    data = bytearray(latest.read_bytes())
-    data[len(data) // 2] ^= 0xFF             # inside a tensor: torch.load alone would load it silently
-    latest.write_bytes(bytes(data))
-    with pytest.raises(CheckpointError, match="sha256 .* is not the"):
+    latest = folder / "step-00000004"
+    shard = next(latest.glob("*.distcp"))
+    whole = shard.read_bytes()
+    shard.write_bytes(whole[: len(whole) // 2])   # truncated: SHA256SUMS says so before DCP reads anything
+    with pytest.raises(CheckpointError, match=f"{shard.name} is not the file SHA256SUMS records"):
+        read_checkpoint(latest)
+    data = bytearray(whole)
+    data[len(data) // 2] ^= 0xFF             # inside a tensor: DCP alone would load it silently
+    shard.write_bytes(bytes(data))
+    with pytest.raises(CheckpointError, match="is not the file SHA256SUMS records"):
+        read_checkpoint(latest)
+    # SHA256SUMS rewritten to match the damaged shard: the sidecar's digest of SHA256SUMS still tells
+    sums = latest / "SHA256SUMS"
+    sums.write_text("".join(f"{file_sha256(shard)}  {shard.name}\n" if line.endswith(f"  {shard.name}") else line + "\n"
+                            for line in sums.read_text().splitlines()))
+    with pytest.raises(CheckpointError, match="SHA256SUMS is not the one its step-00000004.sha256 records"):
         read_checkpoint(latest)
     with caplog.at_level("WARNING", logger="trainer"):
         assert train(cfg, paths, manifest_path, resume=True)["steps"] == STEPS
-    assert "the file is damaged" in caplog.text and "step-00000002.pt at step 2/6" in caplog.text
+    assert "the checkpoint is damaged" in caplog.text and "step-00000002 at step 2/6" in caplog.text
+    read_checkpoint(latest)   # step 4 was trained again and rewritten whole
 
 
 def test_no_readable_checkpoint_is_a_clear_error(manifest_path, tmp_path):
     cfg, paths, folder = _killed_run(manifest_path, tmp_path)
-    for checkpoint in folder.glob("step-*.pt"):
-        checkpoint.write_bytes(b"not a checkpoint")
+    for checkpoint in (p for p in folder.glob("step-*") if p.is_dir()):
+        (checkpoint / "common.pt").write_bytes(b"not a checkpoint")
     with pytest.raises(CheckpointError, match="no checkpoint of this run can be read"):
         train(cfg, paths, manifest_path, resume=True)
 

@@ -25,6 +25,7 @@ from conf.paths import load_paths
 from conftest import TINY, tiny_config, tmp_paths
 from shardkit import build_shards
 from tests.support.s3server import FlakyRelay, storage_overlay
+from trainer import checkpoint
 from trainer.checkpoint import CheckpointError
 from trainer.input_cache import StagingReport, open_manifest
 from trainer.manifest import file_sha256
@@ -35,6 +36,7 @@ from trainer.train import main as train_main
 from trainer.train import train
 
 STEPS = 10
+GATHERED = "schedule.checkpoint_format=gathered"   # one step-N.pt per checkpoint; the resume test runs sharded
 
 
 @pytest.fixture(autouse=True)
@@ -63,9 +65,10 @@ def upload_shards(folder: Path, bucket: str) -> str:
 
 
 def stored_checkpoints(paths) -> list[str]:
-    """The stored checkpoints; each must sit beside its sha256 sidecar, and no sidecar outlives its checkpoint."""
-    names = [uri.rsplit("/", 1)[-1] for uri in storage.listdir(f"{paths.train_dir}/checkpoints")]
-    checkpoints = sorted(n for n in names if n.endswith(".pt"))
+    """The stored checkpoints (step-N.pt files, step-N/ folders); each must sit beside its sha256 sidecar, and no
+    sidecar outlives its checkpoint."""
+    names = [uri.rstrip("/").rsplit("/", 1)[-1] for uri in storage.listdir(f"{paths.train_dir}/checkpoints")]
+    checkpoints = sorted(n for n in names if not n.endswith(".sha256"))
     assert sorted(n for n in names if n.endswith(".sha256")) == [c + ".sha256" for c in checkpoints], names
     return checkpoints
 
@@ -95,7 +98,7 @@ def test_a_run_on_object_storage_stages_its_inputs_once_and_uploads_its_outputs(
     manifest = json.loads(storage.read_text(manifest_uri))
     # A stale value: MLflow must get the endpoint from conf/storage.yaml, the one place it is configured.
     monkeypatch.setenv("MLFLOW_S3_ENDPOINT_URL", "http://127.0.0.1:9")
-    cfg = tiny_config(f"schedule.steps={STEPS}", "schedule.checkpoint_interval=3", "schedule.eval_interval=0")
+    cfg = tiny_config(f"schedule.steps={STEPS}", "schedule.checkpoint_interval=3", "schedule.eval_interval=0", GATHERED)
     paths = s3_paths(tmp_path, s3)
 
     with caplog.at_level("INFO", logger="trainer"):
@@ -152,16 +155,25 @@ def test_resume_from_the_bucket_matches_an_uninterrupted_run(s3, tmp_path, manif
     straight_paths, paths = tmp_paths(tmp_path / "straight"), s3_paths(tmp_path / "killed", s3)
     straight = train(cfg, straight_paths, manifest_path)
 
-    # Killed after step 7 (the newest checkpoint is step 6), then a new machine: no staging, no cache.
+    # Sharded checkpoints (the default), saved asynchronously, go up as folders.  Killed after step 7 (the newest
+    # checkpoint is step 6), then a new machine: no staging, no cache.
     assert train(cfg, paths, stop_after=7) is None
-    assert stored_checkpoints(paths) == ["step-00000003.pt", "step-00000006.pt"]
+    assert stored_checkpoints(paths) == ["step-00000003", "step-00000006"]
+    assert storage.exists(f"{s3}/train/checkpoints/step-00000006/SHA256SUMS")
     with pytest.raises(CheckpointError, match=f"{s3}/train/checkpoints holds checkpoints of an earlier run"):
         train(cfg, paths)
+    # an upload cut short (no SHA256SUMS, which goes last) is no checkpoint; the run writes that step again whole
+    storage.write_bytes(f"{s3}/train/checkpoints/step-00000009/__0_0.distcp", b"half a shard")
+    assert checkpoint.stored_checkpoints(f"{s3}/train/checkpoints") == ["step-00000003", "step-00000006"]
     shutil.rmtree(paths.local)
     with caplog.at_level("INFO", logger="trainer"):
         resumed = train(cfg, paths, resume=True)
-    assert f"downloaded {s3}/train/checkpoints/step-00000006.pt" in caplog.text
-    assert f"resuming from {s3}/train/checkpoints/step-00000006.pt at step 6/10" in caplog.text
+    assert f"downloaded {s3}/train/checkpoints/step-00000006 " in caplog.text
+    assert f"resuming from {s3}/train/checkpoints/step-00000006 at step 6/10" in caplog.text
+    assert stored_checkpoints(paths) == ["step-00000009", "step-00000010"]
+    again = checkpoint.read_checkpoint(checkpoint.download_checkpoint(f"{s3}/train/checkpoints/step-00000009",
+                                                                      tmp_path / "step-00000009"))
+    assert again["progress"]["step"] == 9   # the checksums of the folder as uploaded hold
 
     assert resumed["first_loss"] == straight["first_loss"]
     expected, got = losses(straight_paths, straight["run_id"]), losses(paths, resumed["run_id"])
@@ -285,7 +297,7 @@ def test_uploads_wait_out_an_outage_during_training(s3, outage, tmp_path, manife
     upload_shards(manifest_path.parent, s3)
     behind_relay(outage, tmp_path, monkeypatch, retries=200, backoff_initial_s=0.05, backoff_max_s=0.2, workers=2)
     cfg = tiny_config(f"schedule.steps={STEPS}", "schedule.checkpoint_interval=3", "schedule.keep_checkpoints=10",
-                      "schedule.eval_interval=0", "schedule.log_interval=1")
+                      "schedule.eval_interval=0", "schedule.log_interval=1", GATHERED)
     paths = s3_paths(tmp_path, s3)
     seen_during_outage = []
 
@@ -315,7 +327,7 @@ def test_files_an_outage_keeps_from_the_store_stay_in_staging_and_go_on_the_next
     upload_shards(manifest_path.parent, s3)
     behind_relay(outage, tmp_path, monkeypatch, retries=2, backoff_initial_s=0.05, backoff_max_s=0.1, workers=2)
     cfg = tiny_config(f"schedule.steps={STEPS}", "schedule.checkpoint_interval=5", "schedule.keep_checkpoints=10",
-                      "schedule.eval_interval=0", "schedule.log_interval=1")
+                      "schedule.eval_interval=0", "schedule.log_interval=1", GATHERED)
     paths = s3_paths(tmp_path, s3)
     with watching({2: outage.go_down}), caplog.at_level("INFO", logger="trainer"):   # down from step 2 to the end
         result = train(cfg, paths)

@@ -25,7 +25,7 @@ def lineage_docs(out: Path, before_step: int) -> dict[str, int]:
 
 def test_a_checkpoint_names_exactly_the_documents_of_its_steps(trained_run):
     out = trained_run["out"]
-    mid, last = out / "checkpoints" / "step-00000020.pt", out / "checkpoints" / "step-00000040.pt"
+    mid, last = out / "checkpoints" / "step-00000020", out / "checkpoints" / "step-00000040"
     _, seen_mid = documents_seen(mid)
     _, seen_last = documents_seen(last)
 
@@ -41,7 +41,7 @@ def test_a_checkpoint_names_exactly_the_documents_of_its_steps(trained_run):
 
 
 def test_cli_writes_one_line_per_document(trained_run, tmp_path):
-    checkpoint = trained_run["out"] / "checkpoints" / "step-00000040.pt"
+    checkpoint = trained_run["out"] / "checkpoints" / "step-00000040"
     listing = tmp_path / "seen.jsonl"
     proc = subprocess.run([sys.executable, "-m", "trainer.provenance", str(checkpoint), "--out", str(listing)],
                           cwd=ROOT, capture_output=True, text=True, timeout=300)
@@ -54,19 +54,24 @@ def test_cli_writes_one_line_per_document(trained_run, tmp_path):
 def test_a_changed_manifest_is_refused(trained_run, tmp_path):
     import shutil
     import torch
+    from trainer import checkpoint
 
     run = tmp_path / "run"
     shutil.copytree(trained_run["out"] / "lineage", run / "lineage")
-    payload = torch.load(trained_run["out"] / "checkpoints" / "step-00000040.pt", weights_only=False)
+    # the sharded checkpoint's common state says another manifest, published again whole (fresh SHA256SUMS)
+    staged = run / "checkpoints" / "step-00000040.partial"
+    shutil.copytree(trained_run["out"] / "checkpoints" / "step-00000040", staged)
+    (staged / checkpoint.SUMS).unlink()
+    payload = torch.load(staged / checkpoint.COMMON, weights_only=False)
     payload["meta"]["manifest_sha256"] = "0" * 64
-    (run / "checkpoints").mkdir()
-    torch.save(payload, run / "checkpoints" / "step-00000040.pt")
+    torch.save(payload, staged / checkpoint.COMMON)
+    checkpoint._publish(staged, run / "checkpoints" / "step-00000040", keep=None)
     with pytest.raises(ManifestError, match="has changed since"):
-        documents_seen(run / "checkpoints" / "step-00000040.pt")
+        documents_seen(run / "checkpoints" / "step-00000040")
 
 
 def test_one_steps_documents_are_recomputed_without_the_lineage_file(trained_run, tmp_path):
-    checkpoint = trained_run["out"] / "checkpoints" / "step-00000040.pt"
+    checkpoint = trained_run["out"] / "checkpoints" / "step-00000040"
     recorded = {json.loads(line)["step"]: json.loads(line)["samples"]
                 for line in (trained_run["out"] / "lineage" / "batches.jsonl").read_text().splitlines()}
     out = tmp_path / "step7.jsonl"
