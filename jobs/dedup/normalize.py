@@ -308,14 +308,6 @@ def normalized_text(text: str) -> str:
     return " ".join(words_of(text))
 
 
-def text_keys(words: pa.Array, offsets: np.ndarray) -> list[str | None]:
-    """Exact-dedup key of each text: blake2b-128 of its normalized words joined by spaces; None for no words."""
-    joined = pc.binary_join(pa.ListArray.from_arrays(pa.array(offsets.astype(np.int32)), words),
-                            pa.scalar(" ", words.type))
-    return [hashlib.blake2b(t.encode(), digest_size=16).hexdigest() if t else None
-            for t in joined.to_pylist()]
-
-
 def hash_keys(hashes: np.ndarray, offsets: np.ndarray) -> list[str | None]:
     """Exact-dedup key of each text from its word hashes (blake2b-128 of their bytes, one C call per text,
     no strings); None for no words.  Two texts share a key when their normalized words are the same."""

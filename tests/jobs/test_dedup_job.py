@@ -252,3 +252,41 @@ def _version(spark, path):
     from jobs.base import table_version
 
     return table_version(spark, str(path))
+
+
+def test_paragraph_rules_count_documents_rank_by_priority_and_rewrite_only_losers(spark):
+    from types import SimpleNamespace
+
+    from jobs.dedup import paragraphs
+
+    rng = random.Random(5)
+    body = [prose(rng, 40, 40) for _ in range(4)]
+    banner = "Accept all cookies, manage preferences."
+    rows = [("a", body[0] + "\n" + banner + "\nRepeat me\nrepeat ME!", 0.2, JAN),
+            ("b", banner + "\n" + body[1], 0.9, JAN),   # highest quality: keeps the banner
+            ("c", body[2] + "\n\n" + banner, None, MAR),
+            ("d", body[3] + "\nRepeat me", None, None),
+            ("e", None, None, None)]
+    docs = spark.createDataFrame(rows, "doc_id string, text string, p_quality double, p_time timestamp")
+
+    def run_with(**kw):
+        cfg = SimpleNamespace(**{"max_docs": 1, "within_doc": True, "mode": "remove", "min_doc_chars": 10, **kw})
+        return {r["doc_id"]: r.asDict() for r in paragraphs.dedup_paragraphs(docs, cfg).collect()}
+
+    out = run_with()
+    assert out["b"]["text"] == rows[1][1] and out["b"]["paragraphs_removed"] == 0
+    assert out["c"]["text"] == body[2] + "\n" and out["c"]["paragraphs_removed"] == 1  # the empty line stays
+    # "Repeat me" is in a and d: a ranks first (quality before none); its second copy in a goes (within_doc)
+    assert out["a"]["text"] == body[0] + "\nRepeat me" and out["a"]["paragraphs_removed"] == 2
+    assert out["d"]["text"] == body[3] and out["d"]["paragraphs_removed"] == 1
+    assert out["e"] == {"doc_id": "e", "text": "", "paragraphs_removed": 0, "drop_reason": None}
+    # more than 2 documents: only the banner (3) goes; within_doc off keeps a's repeat, and every copy elsewhere
+    out = run_with(max_docs=2, within_doc=False)
+    assert out["a"]["text"] == body[0] + "\nRepeat me\nrepeat ME!" and out["d"]["paragraphs_removed"] == 0
+    assert [out[k]["paragraphs_removed"] for k in "abc"] == [1, 0, 1]
+    # too short after the cut: dropped with its reason; flag mode counts the same lines and changes nothing
+    out = run_with(min_doc_chars=len(body[3]) + 2)
+    assert out["d"]["drop_reason"] == "too_short_after_paragraphs" and out["b"]["drop_reason"] is None
+    flagged = run_with(mode="flag", min_doc_chars=10**6)
+    assert {k: (r["text"], r["paragraphs_removed"], r["drop_reason"]) for k, r in flagged.items()} == \
+        {k: (t, n, None) for (k, t, *_), n in zip(rows, [2, 0, 1, 1, 0])}
