@@ -92,12 +92,18 @@ def choose_text(primary: str, fallback, cfg: ExtractSettings, page_words=None) -
     and empty layout cells of a forum thread or a shop, or one section of a long article); only a clearly
     longer fallback is a better bet.
     """
-    words = len(primary.split())
-    if words >= cfg.fallback_min_words and not (
-            page_words is not None and cfg.fallback_below_share > 0 and words < cfg.fallback_below_share * page_words()):
+    if not tf_needed(primary, cfg, page_words):
         return primary
     other = fallback()
-    return other if len(other.split()) > cfg.fallback_min_gain * words else primary
+    return other if len(other.split()) > cfg.fallback_min_gain * len(primary.split()) else primary
+
+
+def tf_needed(primary: str, cfg: ExtractSettings, page_words=None) -> bool:
+    """Whether trafilatura runs as the fallback: rs-trafilatura found under `fallback_min_words` words, or
+    under `fallback_below_share` of `page_words()`."""
+    words = len(primary.split())
+    return words < cfg.fallback_min_words or (
+        page_words is not None and cfg.fallback_below_share > 0 and words < cfg.fallback_below_share * page_words())
 
 
 def _trafilatura(html: str, url: str | None, cfg: ExtractSettings, include_comments: bool | None = None) -> str:

@@ -1,0 +1,147 @@
+"""Benchmark: a learned line classifier (jobs.text.line_model) against the job's rule, cross-validated by domain.
+
+    .venv/bin/python bench/extraction_lines.py [--limit N] [--folds 5]
+
+Over the cached voter outputs of bench/extraction_units.py (var/bench/extraction_units.pkl; built there on
+first use), each WCXB dev page (never the held-out test split) becomes candidate lines: the union of
+rs-trafilatura's (hinted) lines, resiliparse's and, where the job runs it (`choose_text`'s condition),
+trafilatura's, in page order, with `line_model.FEATURES`.  Pages are split into folds grouped by domain
+(scikit-learn's GroupKFold on the URL's host without `www.`): a domain's pages are never both trained on and
+scored.  Per fold the model is trained on the other folds' lines (weighted by their words: the score counts
+words), the keep threshold is fixed beforehand at 0.5 (`--threshold`; `--inner` chooses it per fold by an inner
+grouped 3-fold split of the training pages, four times the fits), and the test pages' kept lines are scored with WCXB's own word F1 (`extract.min_chars`
+applied), beside the job's current rule on the same pages.  Printed: P/R/F1 per type for the job, the model
+on every page, and the model on all but articles (the job's rule there), the thresholds chosen, and the F1
+the pooled out-of-fold predictions give at fixed thresholds.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections import defaultdict
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from bench.extraction_units import TYPES, cached_voters, dev_setup, rules  # noqa: E402
+from jobs.text.line_model import FEATURES, assemble, candidate_lines, line_labels, new_model, page_features  # noqa: E402
+from jobs.text.main_text import tf_needed  # noqa: E402
+
+GRID = tuple(round(t, 2) for t in np.arange(0.2, 0.81, 0.05))
+
+
+def domain(url: str | None) -> str:
+    host = (urlsplit(url or "").hostname or "").lower()
+    return host.removeprefix("www.") or "?"
+
+
+def page_rows(page, v, cfg):
+    """(candidates, features, labels, word weights) of one page, as the job would build them."""
+    primary, page_type = (v["rs_hint"], v["hint_type"]) if cfg.page_type_hints else (v["rs"], v["rs_type"])
+    ran = tf_needed(primary, cfg, lambda: len(v["rp"].split()))
+    tf = (v["tf"] if page_type in cfg.comments_page_types else v["tf_nocomments"]) if ran else ""
+    cands = candidate_lines([primary, v["rp"], tf])
+    x = page_features(cands, page_type, v["title"], ran)
+    return cands, x, line_labels(cands, page.reference), np.maximum(x[:, FEATURES.index("words")], 1.0)
+
+
+def fit(items, idx):
+    model = new_model()
+    x = np.concatenate([items[i][1] for i in idx])
+    y = np.concatenate([items[i][2] for i in idx])
+    w = np.concatenate([items[i][3] for i in idx])
+    model.fit(x, y, sample_weight=w)
+    return model
+
+
+def page_scores(pages, items, proba, idx, threshold, scorer, cfg):
+    out = []
+    for i in idx:
+        text = assemble(items[i][0], proba[i] >= threshold)
+        out.append(scorer.word_f1(text if len(text) >= cfg.min_chars else "", pages[i].reference))
+    return out
+
+
+def best_threshold(pages, items, idx, groups, scorer, cfg) -> float:
+    from sklearn.model_selection import GroupKFold
+
+    proba = {}
+    for train, test in GroupKFold(n_splits=3).split(idx, groups=[groups[i] for i in idx]):
+        model = fit(items, [idx[j] for j in train])
+        for j in test:
+            proba[idx[j]] = model.predict_proba(items[idx[j]][1])[:, 1] if len(items[idx[j]][0]) else np.zeros(0)
+    return max(GRID, key=lambda t: np.mean([f for _, _, f in page_scores(pages, items, proba, idx, t, scorer, cfg)]))
+
+
+def summarise(pages, scores: dict) -> dict:
+    by = defaultdict(list)
+    for i, prf in scores.items():
+        by[pages[i].page_type].append(prf)
+        if pages[i].page_type != "article":
+            by["mixed"].append(prf)
+    return {t: tuple(float(np.mean([s[k] for s in rows])) for k in range(3)) for t, rows in by.items()}
+
+
+def print_summary(name, summary):
+    cells = "".join(f"{summary[t][2]:8.3f}" for t in (*TYPES, "mixed") if t in summary)
+    print(f"  {name:<34}{cells}   P art {summary['article'][0]:.3f} mix {summary['mixed'][0]:.3f}"
+          f"  R art {summary['article'][1]:.3f} mix {summary['mixed'][1]:.3f}")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--folds", type=int, default=5)
+    parser.add_argument("--threshold", type=float, default=0.5, help="keep lines with P(main text) >= this")
+    parser.add_argument("--inner", action="store_true", help="choose the threshold per fold by an inner grouped 3-fold CV")
+    setup = dev_setup(parser)
+    if setup is None:
+        return 0
+    from sklearn.model_selection import GroupKFold
+
+    args, scorer, cfg, pages = setup
+    outputs = cached_voters(pages, cfg)
+    started = time.perf_counter()
+    items = [page_rows(p, outputs[p.id], cfg) for p in pages]
+    groups = [domain(p.url) for p in pages]
+    lines = sum(len(it[0]) for it in items)
+    print(f"{len(pages)} pages, {len(set(groups))} domains, {lines} candidate lines "
+          f"({np.mean(np.concatenate([it[2] for it in items])):.2f} labelled keep); features in "
+          f"{time.perf_counter() - started:.1f} s")
+    job = rules(cfg)["the job (conf/jobs.yaml)"]
+    job_scores = {}
+    for i, p in enumerate(pages):
+        text = job(outputs[p.id])
+        job_scores[i] = scorer.word_f1(text if len(text) >= cfg.min_chars else "", p.reference)
+    proba, chosen, model_scores = {}, [], {}
+    for fold, (train, test) in enumerate(GroupKFold(n_splits=args.folds).split(pages, groups=groups)):
+        t0 = time.perf_counter()
+        threshold = best_threshold(pages, items, list(train), groups, scorer, cfg) if args.inner else args.threshold
+        model = fit(items, list(train))
+        for i in test:
+            proba[i] = model.predict_proba(items[i][1])[:, 1] if len(items[i][0]) else np.zeros(0)
+        for i, prf in zip(test, page_scores(pages, items, proba, test, threshold, scorer, cfg)):
+            model_scores[i] = prf
+        chosen.append(threshold)
+        print(f"  fold {fold}: {len(test)} test pages, threshold {threshold}, {time.perf_counter() - t0:.0f} s",
+              file=sys.stderr)
+    hybrid = {i: job_scores[i] if outputs[pages[i].id]["hint_type"] == "article" else model_scores[i]
+              for i in model_scores}
+    print(f"\n{args.folds}-fold CV grouped by domain; thresholds per fold: {chosen}")
+    print(f"  {'word F1':<34}" + "".join(f"{t[:7]:>8}" for t in TYPES) + f"{'mixed':>8}")
+    print_summary("the job's rule", summarise(pages, job_scores))
+    print_summary("line model, every page", summarise(pages, model_scores))
+    print_summary("line model, job's rule on articles", summarise(pages, hybrid))
+    print("\n  pooled out-of-fold predictions at fixed thresholds (for the threshold's sensitivity):")
+    every = list(range(len(pages)))
+    for t in GRID[::2]:
+        print_summary(f"threshold {t}", summarise(pages, dict(zip(every, page_scores(pages, items, proba, every, t, scorer, cfg)))))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
