@@ -9,6 +9,7 @@ from datetime import datetime, timezone
 import pytest
 
 from jobs.quality.job import QualityJob
+from jobs.quality.heuristics import LineRemoval, c4_remove_lines
 from localweb.text import TextGenerator
 
 JAN = datetime(2025, 1, 1, tzinfo=timezone.utc)
@@ -95,7 +96,11 @@ def test_silver_quality_holds_kept_documents_with_pii_redacted(spark, first):
     assert "jane.doe" not in pii["text"] and pii["n_chars"] == len(pii["text"])
     assert rows["de-good"]["language"] == "de" and rows["de-good"]["language_score"] > 0.65
     assert all(0 < r["quality_score"] <= 1 for r in rows.values())
-    assert rows["en-good"]["text"] == DOCS["en-good"] and rows["en-good"]["drop_reason"] is None
+    assert rows["en-good"]["drop_reason"] is None
+    # C4's line removal is on by default (FineWeb's setting): the kept text is datatrove's edit of the extracted one
+    fineweb = LineRemoval(enabled=True, filter_no_terminal_punct=False)
+    assert rows["en-good"]["text"] == c4_remove_lines(DOCS["en-good"], fineweb)[0] != DOCS["en-good"]
+    assert rows["en-good"]["c4_lines_removed"] == c4_remove_lines(DOCS["en-good"], fineweb)[1] > 0
 
 
 def test_routing_chooses_languages_and_the_rule_groups_each_language_gets(spark, first):
@@ -136,7 +141,6 @@ def test_retuning_a_threshold_recomputes_no_signal_and_a_changed_text_is_scored_
 def test_c4_line_removal_edits_the_kept_text_counts_it_and_recomputes_no_signal(spark, tmp_path):
     from delta.tables import DeltaTable
 
-    from jobs.quality.heuristics import LineRemoval, c4_remove_lines
 
     boiler = (prose("en", 7) + "\n\nPlease enable JavaScript to view the comments.\nShare this\n"
               "We use cookies to improve the site, see our privacy policy.")
@@ -148,22 +152,24 @@ def test_c4_line_removal_edits_the_kept_text_counts_it_and_recomputes_no_signal(
     # English gets the bad-input and C4 filters only, so the menu lines pass as a document (each line counts as a
     # sentence when terminal punctuation is not required) and are then all cut by the line rules
     routing = "quality.routing.per_language.en.groups=[bad_input,c4]"
-    edited = run(lake, routing, "quality.c4_line_removal.enabled=true")
+    # on by default; here with C4's own terminal-punctuation rule, which FineWeb's default leaves off
+    edited = run(lake, routing, "quality.c4_line_removal.filter_no_terminal_punct=true")
+    strict = LineRemoval(enabled=True, filter_no_terminal_punct=True)
     assert edited.status == "ok" and edited.skipped == {"c4_no_lines_left": 1}
     rows = {r["doc_id"]: r for r in read(spark, lake, "silver.quality").collect()}
     assert set(rows) == {"boiler", "de-good"}
-    expected, lines, chars = c4_remove_lines(boiler, LineRemoval())
+    expected, lines, chars = c4_remove_lines(boiler, strict)
     assert rows["boiler"]["text"] == expected and "JavaScript" not in expected and "Share this" not in expected
     assert (rows["boiler"]["c4_lines_removed"], rows["boiler"]["c4_chars_removed"]) == (lines, chars) and lines >= 3
     assert rows["boiler"]["n_chars"] == len(expected) and rows["boiler"]["source_sha256"] != rows["boiler"]["content_sha256"]
-    assert rows["de-good"]["c4_lines_removed"] == c4_remove_lines(DOCS["de-good"], LineRemoval())[1]   # German routes to c4
+    assert rows["de-good"]["c4_lines_removed"] == c4_remove_lines(DOCS["de-good"], strict)[1]   # German routes to c4
     totals = edited.extra["c4_line_removal"]
     assert totals["lines_removed"] == sum(r["c4_lines_removed"] for r in rows.values()) + 6   # + the emptied menus
     assert totals["documents_edited"] == 3
 
     signals_path = str(lake / "silver" / "signals")
     version = DeltaTable.forPath(spark, signals_path).history(1).first()["version"]
-    off = run(lake, routing)   # turned off again: the extracted text comes back, no signal is recomputed
+    off = run(lake, routing, "quality.c4_line_removal.enabled=false")   # off: the extracted text comes back, no signal is recomputed
     assert off.extra["signals_computed"] == 0 and off.extra["redacted"] == 3
     assert DeltaTable.forPath(spark, signals_path).history(1).first()["version"] == version
     rows = {r["doc_id"]: r for r in read(spark, lake, "silver.quality").collect()}
