@@ -264,16 +264,17 @@ def resume_check(cfg: TrainerConfig, manifest, cache: Path, total: int, cut: int
                 losses = [engine.step(batches).loss for _, batches, _ in loader]
             finally:
                 loader.close()
-            if save_to is not None:
-                save_checkpoint(save_to, stop, parts, {"bench": "resume"}, keep=None)
+            if save_to is not None:   # the engine's parts save sharded (the cpu dry run) or gathered (cuda)
+                saved.append(save_checkpoint(save_to, stop, parts, {"bench": "resume"}, keep=None))
             del engine
             return losses
 
+    saved: list[Path] = []
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
         straight = run(0, total, None, None)
         first = run(0, cut, None, folder)
-        second = run(cut, total, folder / f"step-{cut:08d}.pt", None)
+        second = run(cut, total, saved[-1], None)
     resumed = first + second
     return max(abs(a - b) for a, b in zip(straight, resumed)), straight, resumed
 

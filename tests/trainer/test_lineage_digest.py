@@ -31,7 +31,7 @@ def test_a_digest_line_is_short_and_names_the_batch(digest_run, trained_run):
 
 
 def test_the_documents_are_recomputed_and_checked(digest_run, trained_run):
-    _, seen = documents_seen(digest_run / "checkpoints" / "step-00000040.pt")
+    _, seen = documents_seen(digest_run / "checkpoints" / "step-00000040")
     assert {d.doc_id: d.samples for d in seen} == lineage_docs(trained_run["out"], 40)
     assert all(d.url for d in seen)
 
@@ -44,7 +44,7 @@ def test_a_batch_that_no_longer_matches_its_digest_is_an_error(digest_run, tmp_p
     altered = tmp_path / "batches.jsonl"
     altered.write_text("".join(json.dumps(r) + "\n" for r in tampered))
     with pytest.raises(CheckpointError, match=r"steps \[12\] do not match the digests"):
-        documents_seen(digest_run / "checkpoints" / "step-00000040.pt", lineage=altered)
+        documents_seen(digest_run / "checkpoints" / "step-00000040", lineage=altered)
     with caplog.at_level("WARNING"):
-        _, seen = documents_seen(digest_run / "checkpoints" / "step-00000040.pt", lineage=tmp_path / "absent.jsonl")
+        _, seen = documents_seen(digest_run / "checkpoints" / "step-00000040", lineage=tmp_path / "absent.jsonl")
     assert seen and "without a check against what training logged" in caplog.text
