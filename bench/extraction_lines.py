@@ -30,6 +30,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench.extraction_units import TYPES, cached_voters, dev_setup, rules  # noqa: E402
 from jobs.text.line_model import FEATURES, assemble, candidate_lines, line_labels, new_model, page_features  # noqa: E402
+from jobs.text.lines import words_of  # noqa: E402
 from jobs.text.main_text import tf_needed  # noqa: E402
 
 GRID = tuple(round(t, 2) for t in np.arange(0.2, 0.81, 0.05))
@@ -40,14 +41,14 @@ def domain(url: str | None) -> str:
     return host.removeprefix("www.") or "?"
 
 
-def page_rows(page, v, cfg):
+def page_rows(page, v, cfg, label="words"):
     """(candidates, features, labels, word weights) of one page, as the job would build them."""
     primary, page_type = (v["rs_hint"], v["hint_type"]) if cfg.page_type_hints else (v["rs"], v["rs_type"])
     ran = tf_needed(primary, cfg, lambda: len(v["rp"].split()))
     tf = (v["tf"] if page_type in cfg.comments_page_types else v["tf_nocomments"]) if ran else ""
     cands = candidate_lines([primary, v["rp"], tf])
     x = page_features(cands, page_type, v["title"], ran)
-    return cands, x, line_labels(cands, page.reference), np.maximum(x[:, FEATURES.index("words")], 1.0)
+    return cands, x, line_labels(cands, page.reference, label), np.maximum(x[:, FEATURES.index("words")], 1.0)
 
 
 def fit(items, idx):
@@ -97,6 +98,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--folds", type=int, default=5)
     parser.add_argument("--threshold", type=float, default=0.5, help="keep lines with P(main text) >= this")
+    parser.add_argument("--label", choices=("words", "bigrams", "trigrams", "consumed"), default="words",
+                        help="a line is main text when half its words (or word bigrams) are in the truth")
     parser.add_argument("--inner", action="store_true", help="choose the threshold per fold by an inner grouped 3-fold CV")
     setup = dev_setup(parser)
     if setup is None:
@@ -106,7 +109,7 @@ def main() -> int:
     args, scorer, cfg, pages = setup
     outputs = cached_voters(pages, cfg)
     started = time.perf_counter()
-    items = [page_rows(p, outputs[p.id], cfg) for p in pages]
+    items = [page_rows(p, outputs[p.id], cfg, args.label) for p in pages]
     groups = [domain(p.url) for p in pages]
     lines = sum(len(it[0]) for it in items)
     print(f"{len(pages)} pages, {len(set(groups))} domains, {lines} candidate lines "
@@ -134,8 +137,17 @@ def main() -> int:
     print(f"\n{args.folds}-fold CV grouped by domain; thresholds per fold: {chosen}")
     print(f"  {'word F1':<34}" + "".join(f"{t[:7]:>8}" for t in TYPES) + f"{'mixed':>8}")
     print_summary("the job's rule", summarise(pages, job_scores))
+    oracle = {i: scorer.word_f1(assemble(items[i][0], items[i][2].astype(bool)), p.reference) for i, p in enumerate(pages)}
+    print_summary("the labels themselves (a ceiling)", summarise(pages, oracle))
     print_summary("line model, every page", summarise(pages, model_scores))
     print_summary("line model, job's rule on articles", summarise(pages, hybrid))
+    filtered = {}  # the model as a filter of the job's own lines: it may only drop
+    for i, p in enumerate(pages):
+        job_keys = {words_of(line) for line in job(outputs[p.id]).splitlines()}
+        keep = np.array([c.key in job_keys for c in items[i][0]], dtype=bool) & (proba[i] >= chosen[0])
+        text = assemble(items[i][0], keep)
+        filtered[i] = scorer.word_f1(text if len(text) >= cfg.min_chars else "", p.reference)
+    print_summary("job's lines the model keeps", summarise(pages, filtered))
     print("\n  pooled out-of-fold predictions at fixed thresholds (for the threshold's sensitivity):")
     every = list(range(len(pages)))
     for t in GRID[::2]:

@@ -39,3 +39,17 @@ def test_labels_are_the_share_of_a_line_s_words_in_the_truth_and_assembly_keeps_
     assert line_labels(cands, "THE otter eats fish daily and sleeps").tolist() == [1, 0, 0]  # "---" has no words
     assert line_labels(cands, "otter fish").tolist() == [0, 0, 0]  # 2 of 5 words: under half
     assert assemble(cands, np.array([True, False, True])) == "The otter eats fish daily.\n---"
+
+
+def test_bigram_labels_need_the_line_s_word_pairs_not_only_its_words():
+    cands = candidate_lines(["fish eats the otter\nthe otter eats fish\nfish", "", ""])
+    truth = "The otter eats fish every day"
+    assert line_labels(cands, truth).tolist() == [1, 1, 1]  # every word is in the truth, in any order
+    assert line_labels(cands, truth, "bigrams").tolist() == [0, 1, 1]  # (fish, eats), (eats, the) are not; 1 of 3 pairs
+
+
+def test_consumed_labels_spend_the_truth_so_a_second_copy_is_not_main_text():
+    cands = candidate_lines(["the otter eats fresh fish\nthe otter eats fresh fish", "", ""])
+    assert line_labels(cands, "The otter eats fresh fish.", "trigrams").tolist() == [1, 1]
+    assert line_labels(cands, "The otter eats fresh fish.", "consumed").tolist() == [1, 0]
+    assert line_labels(cands, "The otter eats fresh fish. The otter eats fresh fish.", "consumed").tolist() == [1, 1]
