@@ -60,7 +60,8 @@ def metric(root: Path, name: str) -> dict[int, float]:
 
 @pytest.fixture(scope="module")
 def single(manifest_path, tmp_path_factory) -> Path:
-    """One process, sharded checkpoints (the parallel runs write gathered ones: the two formats hold one state)."""
+    """One process, sharded checkpoints (the default, which the parallel runs write too; the gathered format at tp=2:
+    tests/trainer/test_kill9_resume.py)."""
     root = tmp_path_factory.mktemp("single")
     run(manifest_path, root, 1, "schedule.checkpoint_format=sharded")
     return root
