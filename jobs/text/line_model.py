@@ -7,12 +7,12 @@ its words, characters, punctuation / digit / uppercase shares, terminal punctuat
 copies in the page, its share of the page's words, its likeness to the title, the page type, its neighbours
 and the run it sits in); a gradient-boosted tree model (scikit-learn) says keep or drop, and the kept lines,
 in page order, are the text.  Labels come from pages with known main text: a line is main text when at least
-`LABEL_SHARE` of its `\\w+` tokens (or word bigrams) are in the page's ground truth.
+`LABEL_SHARE` of its `\\w+` tokens (or word n-grams) are in the page's ground truth (`line_labels`).
 
-Not used by the extract job: cross-validated by domain on WCXB dev (bench/extraction_lines.py), it loses to the
-job's rules on every page type (other types 0.718 word-F1 against 0.778, articles 0.918 against 0.947; as a
-filter that may only drop the job's lines, 0.745), far from the +0.02 that would justify it.  The code stays
-as the bench's, for the next experiment (DOM features, a sequence model over lines).
+Not used by the extract job: cross-validated by domain on WCXB dev (bench/extraction_lines.py), it stays below
+the job's rules on the six non-article types (best label: 0.747 word-F1 against 0.778; articles 0.944 against
+0.947), far from the +0.02 that would justify it.  The code stays as the bench's, for the next experiment (DOM
+features, a sequence model over lines).
 """
 from __future__ import annotations
 
