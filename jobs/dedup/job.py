@@ -359,8 +359,7 @@ class DedupJob(SparkJob):
         persisted = [kept]
         if cfg.paragraphs.enabled and n_kept:
             with self.part(spark, "paragraphs"):
-                current = paragraphs.dedup_paragraphs(kept.select("doc_id", "text", "p_quality", "p_time"), cfg.paragraphs,
-                                                      persisted)
+                current = paragraphs.dedup_paragraphs(kept.select("doc_id", "text", "p_quality", "p_time"), cfg.paragraphs)
                 current = current.persist(StorageLevel.MEMORY_AND_DISK)
                 persisted.append(current)
                 counted = current.agg(F.count_if(F.col("drop_reason").isNotNull()).alias("short"),

@@ -74,11 +74,11 @@ def paragraph_batches(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBa
         yield paragraph_rows(batch)
 
 
-def dedup_paragraphs(docs, cfg, cached: list | None = None):
+def dedup_paragraphs(docs, cfg):
     """docs (doc_id, text, p_quality, p_time) -> (doc_id, text, paragraphs_removed, drop_reason).
 
-    Only the (doc_id, key, priority, positions) rows are shuffled, never the lines.  `cached`: kept for the
-    caller's interface (nothing here is persisted; the caller persists the result)."""
+    Only the (doc_id, key, priority, positions) rows are shuffled, never the lines.  Nothing here is persisted:
+    the caller persists the result."""
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
