@@ -118,10 +118,16 @@ def print_summary(name, summary):
           f"  R art {summary['article'][1]:.3f} mix {summary['mixed'][1]:.3f}")
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def cv_parser(doc: str) -> argparse.ArgumentParser:
+    """The arguments of a domain-grouped cross-validation bench: folds and the fixed keep threshold."""
+    parser = argparse.ArgumentParser(description=doc.split("\n\n")[0])
     parser.add_argument("--folds", type=int, default=5)
     parser.add_argument("--threshold", type=float, default=0.5, help="keep lines with P(main text) >= this")
+    return parser
+
+
+def main() -> int:
+    parser = cv_parser(__doc__)
     parser.add_argument("--label", choices=("words", "bigrams", "trigrams", "consumed"), default="consumed",
                         help="a line is main text when half its words (or word n-grams) are in the truth; consumed: trigrams, spent in page order")
     parser.add_argument("--inner", action="store_true", help="choose the threshold per fold by an inner grouped 3-fold CV")
