@@ -54,10 +54,11 @@ def open_backend(cfg: TrainerConfig) -> Iterator[Backend]:
             dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{_free_port()}", rank=0, world_size=1)
     try:
         dims = ParallelDims(tp=cfg.parallel.tp, pp=cfg.parallel.pp, cp=cfg.parallel.cp, dp=cfg.parallel.dp,
-                            world_size=dist.get_world_size())
+                            world_size=dist.get_world_size(), vp=cfg.parallel.vp)
         dims.require_cpu_layout()
         parallel_state.initialize_model_parallel(tensor_model_parallel_size=dims.tp,
                                                  pipeline_model_parallel_size=dims.pp,
+                                                 virtual_pipeline_model_parallel_size=dims.vp if dims.vp > 1 else None,
                                                  context_parallel_size=dims.cp)
         torch.manual_seed(cfg.seed)
         tp_rank = parallel_state.get_tensor_model_parallel_rank()
@@ -109,7 +110,7 @@ def _open_cuda(cfg: TrainerConfig) -> Iterator[Backend]:
             dist.init_process_group("nccl", init_method=f"tcp://127.0.0.1:{_free_port()}", rank=0, world_size=1,
                                     device_id=torch.device("cuda", local_rank))
     dims = ParallelDims(tp=cfg.parallel.tp, pp=cfg.parallel.pp, cp=cfg.parallel.cp, dp=cfg.parallel.dp,
-                        world_size=dist.get_world_size())
+                        world_size=dist.get_world_size(), vp=cfg.parallel.vp)
     patches = ((mcore_patches.OPTIMIZER_PATCHES if cfg.cuda.fused_optimizer else ())
                + (mcore_patches.COMPILE_PATCHES if cfg.cuda.compile else ()))
     try:

@@ -84,6 +84,7 @@ class ParallelConfig:
     pp: int
     cp: int
     dp: int
+    vp: int
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,7 @@ length of the run (`cpu_rng_tracker`).  The other CPU patches are in trainer/mco
 from __future__ import annotations
 
 import contextlib
-from typing import Iterator
+from typing import Callable, Iterator
 
 import torch
 import torch.distributed as dist
@@ -64,43 +64,44 @@ def cpu_rng_tracker(seed: int, tp_rank: int = 0) -> Iterator[CpuRNGStatesTracker
         mcore_random._CUDA_RNG_STATE_TRACKER, mcore_random._CUDA_RNG_STATE_TRACKER_INITIALIZED = before
 
 
-@contextlib.contextmanager
-def pipeline_stages_in_turn() -> Iterator[None]:
-    """Build the pipeline stages one after another, each starting from the RNG state the stage before it ended
-    in: with CPU initialisation the stages then draw exactly the initial weights one process draws for the
-    whole model (in the same order), so a pipelined run starts where the single-process run starts.
+def build_stages_in_turn(build: Callable[[int], torch.nn.Module], chunks: int) -> list[torch.nn.Module]:
+    """This rank's model chunks (`build(chunk)` for each of the `chunks` virtual stages, one without interleaving),
+    built one pipeline stage after another in the whole model's layer order (chunk 0 of stage 0, of stage 1, ...,
+    then chunk 1 of stage 0, ...), each starting from the RNG state the chunk before it ended in: with CPU
+    initialisation they then draw exactly the initial weights one process draws for the whole model, in the same
+    order, so a pipelined run starts where the single-process run starts.
 
-    A stage hands its state on as soon as its weights exist: before megatron's tied-embedding setup, whose
-    all-reduce between the first and last stage would otherwise wait for a stage still waiting for it."""
+    megatron's tied-embedding setup (an all-reduce between the first stage's first chunk and the last stage's last
+    chunk, which draws nothing) is held back until every chunk exists: run where megatron runs it, the first
+    stage would wait in it for a chunk built only after the first stage hands on its state again."""
     from megatron.core import parallel_state
     from trainer import mcore_patches
 
     group = parallel_state.get_pipeline_model_parallel_group()
     rank, size = dist.get_rank(group), dist.get_world_size(group)
     tracker = mcore_random.get_cuda_rng_tracker()
-    handed_on = rank == size - 1
-
-    def hand_on() -> None:
-        nonlocal handed_on
-        if not handed_on:
-            state = {"torch": torch.get_rng_state(), "tracker": tracker.get_states()}
-            dist.send_object_list([state], dst=dist.get_global_rank(group, rank + 1), group=group)
-            handed_on = True
-
     setup = mcore_patches.CPU_TIED_EMBEDDING.current()
+    held_back: list[torch.nn.Module] = []
 
-    def hand_on_then_setup(model) -> None:
-        hand_on()
-        return setup(model)
+    def hold_back(model) -> None:   # a function, so that megatron's `self.setup...()` binds the model to it
+        held_back.append(model)
 
-    if rank > 0:
-        box: list = [None]
-        dist.recv_object_list(box, src=dist.get_global_rank(group, rank - 1), group=group)
-        torch.set_rng_state(box[0]["torch"])
-        tracker.set_states(box[0]["tracker"])
-    handoff = mcore_patches.Patch("rng_hand_on", mcore_patches.CPU_TIED_EMBEDDING.module,
-                                  mcore_patches.CPU_TIED_EMBEDDING.attribute, hand_on_then_setup,
-                                  "hand the RNG state on before the first/last-stage embedding all-reduce")
-    with mcore_patches.applied((handoff,)):
-        yield
-    hand_on()   # a middle stage has no embedding to set up
+    hold = mcore_patches.Patch("tied_embedding_after_build", mcore_patches.CPU_TIED_EMBEDDING.module,
+                               mcore_patches.CPU_TIED_EMBEDDING.attribute, hold_back,
+                               "set up the tied embedding once every chunk is built (its all-reduce would wait on "
+                               "a chunk built later)")
+    chunk_models = []
+    with mcore_patches.applied((hold,)):
+        for chunk in range(chunks):
+            if rank > 0 or chunk > 0:   # from the stage before, or from the last stage's previous chunk
+                box: list = [None]
+                dist.recv_object_list(box, src=dist.get_global_rank(group, (rank - 1) % size), group=group)
+                torch.set_rng_state(box[0]["torch"])
+                tracker.set_states(box[0]["tracker"])
+            chunk_models.append(build(chunk))
+            if rank < size - 1 or chunk < chunks - 1:
+                state = {"torch": torch.get_rng_state(), "tracker": tracker.get_states()}
+                dist.send_object_list([state], dst=dist.get_global_rank(group, (rank + 1) % size), group=group)
+    for model in held_back:
+        setup(model)
+    return chunk_models

@@ -21,7 +21,7 @@ from conf import ConfigError
 from trainer import mcore_patches
 from trainer.backend import Backend
 from trainer.config import TrainerConfig
-from trainer.cpu import pipeline_stages_in_turn
+from trainer.cpu import build_stages_in_turn
 from trainer.data import Batch
 from trainer.losses import masked_sums, source_sums, token_losses
 from trainer.model import build_model
@@ -46,27 +46,36 @@ def accept_all(loss: float, grad_norm: float) -> None:
 
 class CpuEngine:
     """fp32 on the CPU: torch AdamW, a plain accumulation loop; tensor parallel through megatron's layers,
-    pipeline parallel through megatron's own 1F1B schedule (`get_forward_backward_func`) and data parallel by
-    summing gradients over gloo, all matching the single process."""
+    pipeline parallel through megatron's own 1F1B schedule (`get_forward_backward_func`; interleaved over
+    `parallel.vp` model chunks per stage) and data parallel by summing gradients over gloo, all matching the
+    single process."""
 
     def __init__(self, cfg: TrainerConfig, backend: Backend, vocab_size: int):
         self.cfg, self.backend = cfg, backend
         self.pipelined = parallel_state.get_pipeline_model_parallel_world_size() > 1
         if self.pipelined:
             backend.dims.require_model_split(cfg.model.num_layers)
+            backend.dims.require_interleavable(cfg.grad_accumulation)
         if self.pipelined and cfg.evaluation.tasks and cfg.evaluation.interval:
             raise ConfigError("downstream evaluation (evaluation.tasks) scores with the whole model in one process; "
                               f"it does not run with parallel.pp={backend.dims.pp}: set evaluation.interval=0 "
                               "or parallel.pp=1")
-        with mcore_patches.applied(mcore_patches.CPU_PIPELINE_PATCHES if self.pipelined else ()), \
-                pipeline_stages_in_turn() if self.pipelined else contextlib.nullcontext():
-            self.model = build_model(cfg.model, vocab_size)   # this rank's pipeline stage
+        vp = backend.dims.vp
+        if self.pipelined:
+            with mcore_patches.applied(mcore_patches.CPU_PIPELINE_PATCHES):
+                self.chunks = build_stages_in_turn(
+                    lambda chunk: build_model(cfg.model, vocab_size, vp_stage=chunk if vp > 1 else None), vp)
+        else:
+            self.chunks = [build_model(cfg.model, vocab_size)]
+        # this rank's pipeline stage; under the interleaved schedule its chunks (parameters, state_dict keys
+        # "<chunk>.<name>": trainer/shards.py numbers them as one process's model)
+        self.model = self.chunks[0] if vp == 1 else torch.nn.ModuleList(self.chunks)
         self.gpt = self.model
         self.optimizer = build_optimizer(self.model, cfg.optim)
         self.scheduler = build_scheduler(self.optimizer, cfg.optim, cfg.schedule.steps)
         if self.pipelined:
-            # gloo runs batch_isend_irecv as separate sends and receives; no CUDA stream to synchronise
-            self.model.config.batch_p2p_sync = False
+            for chunk in self.chunks:   # gloo runs batch_isend_irecv as separate sends and receives; no CUDA stream
+                chunk.config.batch_p2p_sync = False
             self.forward_backward = get_forward_backward_func()
 
     def parts(self) -> dict[str, Any]:
@@ -118,11 +127,13 @@ class CpuEngine:
                   n_sources: int = 0) -> list[torch.Tensor]:
         """megatron's 1F1B schedule over this step's micro-batches; the last stage returns one
         [ce sum, tokens, (loss sum, tokens) per source] row per micro-batch, the other stages nothing."""
+        interleaved = len(self.chunks) > 1   # megatron's interleaved schedule: a model and a data iterator per chunk
         with mcore_patches.applied(mcore_patches.CPU_PIPELINE_PATCHES):
             reports = self.forward_backward(
                 forward_step_func=partial(_stage_forward, z_loss=self.cfg.optim.z_loss, n_tokens=n_tokens,
                                           n_sources=n_sources),
-                data_iterator=iter(batches), model=self.model, num_microbatches=len(batches),
+                data_iterator=[iter(batches) for _ in self.chunks] if interleaved else iter(batches),
+                model=self.chunks if interleaved else self.model, num_microbatches=len(batches),
                 seq_length=self.cfg.model.seq_length, micro_batch_size=self.cfg.batch.micro_batch_size,
                 decoder_seq_length=self.cfg.model.seq_length, forward_only=forward_only)
         return [r["sums"] for r in reports]
@@ -138,10 +149,14 @@ class CpuEngine:
         loss = torch.zeros((), dtype=torch.float64)
         for row in sums:   # in micro-batch order, as the single process adds them
             loss += (row[0].float() / n_tokens).item()
-        if self.model.share_embeddings_and_output_weights and parallel_state.is_rank_in_embedding_group():
-            # The tied word embedding's two copies (first and last stage) get the sum of both gradients, as
-            # megatron's finalize_model_grads does (which needs its DDP's gradient buffers: CUDA only).
-            weight = self.model.shared_embedding_or_output_weight()
+        for chunk in self.chunks:
+            if not (chunk.share_embeddings_and_output_weights and (chunk.pre_process or chunk.post_process)
+                    and parallel_state.is_rank_in_embedding_group()):
+                continue
+            # The tied word embedding's two copies (first stage's first chunk, last stage's last chunk) get the sum
+            # of both gradients, as megatron's finalize_model_grads does (which needs its DDP's gradient
+            # buffers: CUDA only).
+            weight = chunk.shared_embedding_or_output_weight()
             if weight.grad is not None:
                 dist.all_reduce(weight.grad, group=parallel_state.get_embedding_group())
         return self._from_last_stage(loss).item()
@@ -204,7 +219,7 @@ def _stage_forward(data_iterator, model, z_loss: float, n_tokens: torch.Tensor |
     """megatron's forward_step_func: every stage reads the same micro-batch; the first embeds its tokens (the
     others take the activations megatron received from the stage before), the last computes the losses."""
     batch: Batch = next(data_iterator)
-    if not parallel_state.is_pipeline_last_stage():
+    if not model.post_process:   # megatron's model (chunk) knows whether it is the last (virtual) stage
         return model(batch.tokens, batch.position_ids, batch.attention_mask), None
     ce, objective = token_losses(model, batch, z_loss)
     return torch.stack([ce, objective]), partial(_stage_loss, batch, n_tokens, n_sources)

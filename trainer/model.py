@@ -67,22 +67,31 @@ def layer_spec(m: ModelConfig) -> ModuleSpec:
     return spec
 
 
-def build_model(m: ModelConfig, vocab_size: int, cuda: CudaConfig | None = None) -> GPTModel:
-    """This rank's pipeline stage of the model: megatron's parallel state says which layers it holds, whether it
-    embeds the tokens (the first stage) and whether it computes the loss (the last)."""
+def build_model(m: ModelConfig, vocab_size: int, cuda: CudaConfig | None = None,
+                vp_stage: int | None = None) -> GPTModel:
+    """This rank's pipeline stage of the model (or its `vp_stage`-th chunk under the interleaved schedule):
+    megatron's parallel state says which layers it holds, whether it embeds the tokens (the first stage's first
+    chunk) and whether it computes the loss (the last stage's last chunk)."""
     config = transformer_config(m, cuda)
     staged = parallel_state.model_parallel_is_initialized()   # else one process holds the whole model
     config.pipeline_model_parallel_size = parallel_state.get_pipeline_model_parallel_world_size() if staged else 1
+    vp = parallel_state.get_virtual_pipeline_model_parallel_world_size() if staged else None
+    if vp is not None:
+        # set after construction, like the pipeline size: TransformerConfig derives the micro-batch group from
+        # the pipeline size it was built with (1), and megatron's interleaved schedule needs it >= pp
+        config.virtual_pipeline_model_parallel_size = vp
+        config.microbatch_group_size_per_vp_stage = config.pipeline_model_parallel_size
     return GPTModel(
         config=config,
         transformer_layer_spec=layer_spec(m),
         vocab_size=vocab_size,
         max_sequence_length=m.seq_length,
-        pre_process=not staged or parallel_state.is_pipeline_first_stage(),
-        post_process=not staged or parallel_state.is_pipeline_last_stage(),
+        pre_process=not staged or parallel_state.is_pipeline_first_stage(ignore_virtual=False, vp_stage=vp_stage),
+        post_process=not staged or parallel_state.is_pipeline_last_stage(ignore_virtual=False, vp_stage=vp_stage),
         share_embeddings_and_output_weights=m.share_embeddings,
         position_embedding_type=m.position_embedding,
         rotary_base=m.rotary_base,
+        vp_stage=vp_stage,
     )
 
 

@@ -21,9 +21,10 @@ class ParallelDims:
     cp: int
     dp: int
     world_size: int
+    vp: int = 1    # model chunks per pipeline stage: megatron's interleaved 1F1B schedule when > 1
 
     def __post_init__(self) -> None:
-        for name in ("tp", "pp", "cp", "dp", "world_size"):
+        for name in ("tp", "pp", "cp", "dp", "world_size", "vp"):
             value = getattr(self, name)
             if not isinstance(value, int) or value < 1:
                 raise ParallelDimsError(f"parallel.{name} must be a positive integer, got {value!r}")
@@ -32,6 +33,9 @@ class ParallelDims:
             raise ParallelDimsError(
                 f"tp*pp*cp*dp = {self.tp}*{self.pp}*{self.cp}*{self.dp} = {product} but the world size is "
                 f"{self.world_size}; set parallel.dp to world_size/(tp*pp*cp) or launch {product} processes")
+        if self.vp > 1 and self.pp == 1:
+            raise ParallelDimsError(f"parallel.vp={self.vp} interleaves model chunks over pipeline stages, but "
+                                    "parallel.pp=1: set parallel.pp > 1 or parallel.vp=1")
 
     @property
     def model_parallel(self) -> int:
@@ -46,8 +50,20 @@ class ParallelDims:
                 "context-parallel attention needs Transformer Engine; use the cuda backend")
 
     def require_model_split(self, num_layers: int) -> None:
-        """Pipeline stages hold equal numbers of transformer layers (megatron's default split)."""
-        if num_layers % self.pp:
+        """Pipeline stages (and their virtual chunks) hold equal numbers of transformer layers (megatron's
+        default split)."""
+        chunks = self.pp * self.vp
+        if num_layers % chunks:
+            what = f"parallel.pp={self.pp} pipeline stages" + (f" x parallel.vp={self.vp} chunks" if self.vp > 1 else "")
             raise ParallelDimsError(
-                f"model.num_layers={num_layers} does not split evenly over parallel.pp={self.pp} pipeline "
-                f"stages; choose a pp that divides {num_layers}")
+                f"model.num_layers={num_layers} does not split evenly over {what}; choose a layout whose "
+                f"pp*vp divides {num_layers}")
+
+    def require_interleavable(self, micro_batches: int) -> None:
+        """megatron's interleaved schedule runs the micro-batches of a step in groups of pp (schedules.py's
+        `microbatch_group_size_per_vp_stage` checks): a step needs a whole number of groups."""
+        if self.vp > 1 and micro_batches % self.pp:
+            raise ParallelDimsError(
+                f"parallel.vp={self.vp} (the interleaved schedule) needs the micro-batches per step and data-parallel "
+                f"rank, global_batch_size/(micro_batch_size*dp) = {micro_batches}, to be a multiple of "
+                f"parallel.pp={self.pp}; change batch.global_batch_size or batch.micro_batch_size")

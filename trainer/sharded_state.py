@@ -22,7 +22,7 @@ from megatron.core import parallel_state
 from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.tensor import DTensor, Shard
 
-from trainer.shards import WholeModel, WholeOptimizer, _is_tied_copy, _stages, _whole_names
+from trainer.shards import WholeModel, WholeOptimizer, _is_tied_copy, _stages, _whole_names, in_model_order
 
 MOMENTS = ("exp_avg", "exp_avg_sq", "step")
 
@@ -80,7 +80,8 @@ class ShardedModel(WholeModel):
     def sharded_extra(self) -> dict[str, Any]:
         """The whole model's keys in one process's order (those that hold no tensor too), to read it back whole."""
         mine = [self.whole_names[k] for k in self.model.state_dict() if not _is_tied_copy(k, self.whole_names[k])]
-        return {"names": [k for stage in _stages(mine) for k in stage] if self.names is not None else mine}
+        return {"names": in_model_order(k for stage in _stages(mine) for k in stage) if self.names is not None
+                else mine}
 
     def load_state_dict(self, state: Any) -> None:
         if not isinstance(state, ShardedRef):

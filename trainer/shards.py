@@ -55,6 +55,8 @@ def _pp() -> tuple[int, Any]:
 def _whole_names(model: torch.nn.Module) -> dict[str, str]:
     """This stage's state_dict keys -> the whole model's: layers renumbered from the stage's first layer, the
     last stage's copy of a tied embedding named as the embedding."""
+    if isinstance(model, torch.nn.ModuleList):   # the interleaved schedule's model chunks: keys "<chunk>.<name>"
+        return {f"{i}.{key}": whole for i, chunk in enumerate(model) for key, whole in _whole_names(chunk).items()}
     layers = model.decoder.layers
     offset = layers[0].layer_number - 1 if len(layers) else 0
 
@@ -69,7 +71,18 @@ def _whole_names(model: torch.nn.Module) -> dict[str, str]:
 
 
 def _is_tied_copy(local: str, whole: str) -> bool:
-    return local != whole and whole == EMBEDDING
+    return whole == EMBEDDING and local.endswith(TIED_COPY)
+
+
+def _model_order(whole: str) -> tuple[int, int]:
+    """Where a whole-model name sits in one process's model: embeddings, the layers by number, the rest (final
+    norm, output layer).  Stages concatenated are already in this order; interleaved chunks are not."""
+    found = STAGE_LAYER.match(whole)
+    return (1, int(found.group(1))) if found else (0 if whole.startswith("embedding.") else 2, 0)
+
+
+def in_model_order(names: Any) -> list[str]:
+    return sorted(names, key=_model_order)   # stable: a layer's own names keep their order
 
 
 def _stages(mine: Any) -> list[Any]:
@@ -94,7 +107,8 @@ class WholeModel:
         if self.names is None:
             return state
         mine = {self.names[k]: v for k, v in state.items() if not _is_tied_copy(k, self.names[k])}
-        return {k: v for stage in _stages(mine) for k, v in stage.items()}
+        whole = {k: v for stage in _stages(mine) for k, v in stage.items()}
+        return {k: whole[k] for k in in_model_order(whole)}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         if self.names is not None:
@@ -129,7 +143,7 @@ class WholeOptimizer:
         mine = [[self.whole[i] for i in g["params"] if not _is_tied_copy(self.local[i], self.whole[i])]
                 for g in groups]
         stages = _stages(mine)
-        return [[name for stage in stages for name in stage[g]] for g in range(len(groups))]
+        return [in_model_order(name for stage in stages for name in stage[g]) for g in range(len(groups))]
 
     def state_dict(self) -> dict[str, Any]:
         state = self.optimizer.state_dict()

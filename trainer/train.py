@@ -54,7 +54,7 @@ RESUMABLE_CHANGES = ("schedule.log_interval", "schedule.checkpoint_interval", "s
                      "remote.drain_timeout_s", "schedule.checkpoint_format", "schedule.checkpoint_async",
                      # checkpoints hold whole (unsharded) state and batches do not depend on dp: a run may
                      # resume at another tensor/pipeline/data-parallel layout
-                     "parallel.tp", "parallel.pp", "parallel.dp", "data.prefetch",
+                     "parallel.tp", "parallel.pp", "parallel.vp", "parallel.dp", "data.prefetch",
                      # downstream tasks only read the model
                      "evaluation.tasks", "evaluation.interval", "evaluation.max_examples", "evaluation.batch_size",
                      "lineage.detail")

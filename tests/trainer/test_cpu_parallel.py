@@ -2,9 +2,10 @@
 process.
 
 megatron-core's own ColumnParallelLinear, RowParallelLinear and VocabParallelEmbedding split the model;
-megatron's own 1F1B schedule (`get_forward_backward_func`) runs the pipeline stages (the tiny model's two
-layers, one per stage, with the tied embedding on the first and last); gradients are summed over
-data-parallel ranks. Context parallelism needs the cuda backend (its attention needs Transformer Engine):
+megatron's own 1F1B schedule (`get_forward_backward_func`) runs the pipeline stages (the tiny model's four
+layers, two per stage, with the tied embedding on the first and last), and its interleaved 1F1B schedule runs
+them as two model chunks per stage (parallel.vp=2: stage 0 holds layers 0 and 2, stage 1 layers 1 and 3);
+gradients are summed over data-parallel ranks. Context parallelism needs the cuda backend (its attention needs Transformer Engine):
 the cpu backend refuses it with that message (test_parallel_dims.py).
 """
 import json
@@ -20,13 +21,14 @@ from mlflow.tracking import MlflowClient
 
 from conftest import TINY
 from trainer.checkpoint import read_checkpoint, whole_state
+from trainer.parallel import ParallelDims, ParallelDimsError
 
 ROOT = Path(__file__).resolve().parents[2]
 STEPS = 6
 
 
 def run(manifest_path, root: Path, processes: int, *overrides: str, resume: bool = False) -> None:
-    settings = [*TINY, f"schedule.steps={STEPS}", "schedule.checkpoint_interval=3", "schedule.eval_interval=3",
+    settings = [*TINY, "model.num_layers=4", f"schedule.steps={STEPS}", "schedule.checkpoint_interval=3", "schedule.eval_interval=3",
                 f"paths.local={root}/local", f"paths.mlflow_tracking_uri=sqlite:///{root}/mlflow.db",
                 f"paths.mlflow_artifacts={root}/artifacts", f"paths.train_dir={root}/train", *overrides]
     launcher = ([sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={processes}"]
@@ -69,8 +71,9 @@ def single(manifest_path, tmp_path_factory) -> Path:
 
 @pytest.mark.parametrize("processes,layout", [(2, ["parallel.tp=2"]), (2, ["parallel.dp=2"]),
                                               (4, ["parallel.tp=2", "parallel.dp=2"]), (2, ["parallel.pp=2"]),
-                                              (4, ["parallel.tp=2", "parallel.pp=2"])],
-                         ids=["tp2", "dp2", "tp2-dp2", "pp2", "tp2-pp2"])
+                                              (4, ["parallel.tp=2", "parallel.pp=2"]),
+                                              (2, ["parallel.pp=2", "parallel.vp=2"])],
+                         ids=["tp2", "dp2", "tp2-dp2", "pp2", "tp2-pp2", "pp2-vp2"])
 def test_parallel_run_matches_the_single_process(manifest_path, tmp_path, single, processes, layout):
     run(manifest_path, tmp_path, processes, *layout)
     assert param(tmp_path, "model.parameters") == param(single, "model.parameters")   # the whole model's size
@@ -98,6 +101,18 @@ def test_parallel_run_matches_the_single_process(manifest_path, tmp_path, single
     assert worst < 1e-3, worst   # Adam's moments: squares of gradients summed in another order
     lineage = lambda root: (root / "train" / "lineage" / "batches.jsonl").read_text()
     assert lineage(tmp_path) == lineage(single)        # rank 0 records the whole global batch
+
+
+def test_a_virtual_pipeline_that_cannot_interleave_is_refused():
+    with pytest.raises(ParallelDimsError, match="set parallel.pp > 1 or parallel.vp=1"):
+        ParallelDims(tp=1, pp=1, cp=1, dp=2, world_size=2, vp=2)
+    with pytest.raises(ParallelDimsError, match="model.num_layers=6 does not split evenly over parallel.pp=2 "
+                                                "pipeline stages x parallel.vp=2 chunks"):
+        ParallelDims(tp=1, pp=2, cp=1, dp=1, world_size=2, vp=2).require_model_split(6)
+    with pytest.raises(ParallelDimsError, match=r"micro_batch_size\*dp\) = 3, to be a multiple of parallel.pp=2"):
+        ParallelDims(tp=1, pp=2, cp=1, dp=1, world_size=2, vp=2).require_interleavable(3)
+    ParallelDims(tp=1, pp=2, cp=1, dp=1, world_size=2, vp=2).require_interleavable(4)
+    ParallelDims(tp=1, pp=2, cp=1, dp=1, world_size=2).require_interleavable(3)   # plain 1F1B takes any number
 
 
 def test_sharded_checkpoints_reshard_between_one_process_and_tensor_x_pipeline_parallel(tmp_path, single,
