@@ -10,7 +10,10 @@ choice's tokens (the tokens of `encode(context + continuation)` past those of `e
 `acc` takes the argmax of the sum, `acc_norm` of the sum divided by the continuation's length in bytes.
 The continuation is `" " + choice` unless the choice already starts with white space.  Sequences longer
 than the model's `seq_length` lose tokens from the left of the context.  Every rank computes the same
-figures (tensor-parallel ranks must run the forward together); rank 0 logs them.
+figures (tensor-parallel ranks must run the forward together); rank 0 logs them.  How the model scores a
+micro-batch is the engine's (`TokenLogProbs`): one forward pass per micro-batch in one process
+(`model_log_probs`), or under pipeline parallelism megatron's schedule, whose last stage computes the
+log-probabilities and hands them to every stage (trainer/engine.py).
 """
 from __future__ import annotations
 
@@ -22,12 +25,14 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 import torch
-from megatron.core.tensor_parallel import gather_from_tensor_model_parallel_region
 
 from conf import ConfigError
 
 log = logging.getLogger(__name__)
 Encode = Callable[[str], list[int]]
+# (inputs, targets) micro-batches, each [batch, width] -> log p(target | the inputs up to it) per position, each
+# [batch, width], on every rank
+TokenLogProbs = Callable[[Sequence[tuple[torch.Tensor, torch.Tensor]]], list[torch.Tensor]]
 
 
 @dataclass(frozen=True)
@@ -129,11 +134,22 @@ def requests_for(task: Task, encode: Encode, seq_length: int) -> list[Request]:
     return out
 
 
-@torch.no_grad()
-def log_likelihoods(model: torch.nn.Module, requests: Sequence[Request], batch_size: int,
-                    device: torch.device) -> list[float]:
+def model_log_probs(model: torch.nn.Module, device: torch.device) -> TokenLogProbs:
+    """The whole model in this process (tensor-parallel ranks run it together): a forward pass per micro-batch.
+    log p(target) is minus megatron's own per-token cross entropy (vocabulary-parallel under tp: no gather)."""
+    @torch.no_grad()
+    def score(batches: Sequence[tuple[torch.Tensor, torch.Tensor]]) -> list[torch.Tensor]:
+        out = []
+        for inputs, targets in batches:
+            positions = torch.arange(inputs.shape[1]).expand(inputs.shape[0], -1)
+            out.append(-model(inputs.to(device), positions.to(device), None, labels=targets.to(device)).float())
+        return out
+    return score
+
+
+def log_likelihoods(score: TokenLogProbs, requests: Sequence[Request], batch_size: int) -> list[float]:
     """Sum of log p(continuation token | everything before it) per request."""
-    out = []
+    chunks, batches = [], []
     for start in range(0, len(requests), batch_size):
         chunk = requests[start:start + batch_size]
         width = max(len(r.tokens) for r in chunk) - 1
@@ -142,20 +158,20 @@ def log_likelihoods(model: torch.nn.Module, requests: Sequence[Request], batch_s
         for i, r in enumerate(chunk):   # right-padded: causal attention keeps padding out of real positions
             inputs[i, :len(r.tokens) - 1] = torch.tensor(r.tokens[:-1])
             targets[i, :len(r.tokens) - 1] = torch.tensor(r.tokens[1:])
-        positions = torch.arange(width).expand(len(chunk), -1)
-        logits = model(inputs.to(device), positions.to(device), None)
-        logits = gather_from_tensor_model_parallel_region(logits).float()
-        logp = torch.log_softmax(logits, -1).gather(-1, targets.to(device).unsqueeze(-1)).squeeze(-1)
+        chunks.append(chunk)
+        batches.append((inputs, targets))
+    out = []
+    for chunk, logp in zip(chunks, score(batches)):
         for i, r in enumerate(chunk):
             end = len(r.tokens) - 1
             out.append(logp[i, end - r.continuation:end].sum().item())
     return out
 
 
-def score_task(model: torch.nn.Module, task: Task, encode: Encode, seq_length: int, batch_size: int,
-               device: torch.device) -> dict[str, float]:
+def score_task(score: TokenLogProbs, task: Task, encode: Encode, seq_length: int,
+               batch_size: int) -> dict[str, float]:
     requests = requests_for(task, encode, seq_length)
-    scores = log_likelihoods(model, requests, batch_size, device)
+    scores = log_likelihoods(score, requests, batch_size)
     best: dict[int, tuple[float, int]] = {}
     best_norm: dict[int, tuple[float, int]] = {}
     for request, score in zip(requests, scores):
@@ -166,7 +182,9 @@ def score_task(model: torch.nn.Module, task: Task, encode: Encode, seq_length: i
     acc = sum(best[e][1] == ex.answer for e, ex in enumerate(task.examples)) / n
     acc_norm = sum(best_norm[e][1] == ex.answer for e, ex in enumerate(task.examples)) / n
     chance = sum(1 / len(ex.choices) for ex in task.examples) / n
-    return {"acc": acc, "acc_norm": acc_norm, "chance": chance, "examples": float(n)}
+    # the right choices' mean log-likelihood: it moves before the accuracy does
+    answer = sum(s for r, s in zip(requests, scores) if r.choice == task.examples[r.example].answer) / n
+    return {"acc": acc, "acc_norm": acc_norm, "answer_loglik": answer, "chance": chance, "examples": float(n)}
 
 
 class Downstream:
@@ -177,16 +195,18 @@ class Downstream:
         self.tasks = [read_task(f, max_examples) for f in task_files]
         self.encode, self.seq_length, self.batch_size, self.device = encode, seq_length, batch_size, device
 
-    def run(self, model: torch.nn.Module) -> dict[str, float]:
-        """MLflow metrics: downstream.<task>.acc and .acc_norm."""
+    def run(self, model: torch.nn.Module, score: TokenLogProbs | None = None) -> dict[str, float]:
+        """MLflow metrics: downstream.<task>.acc, .acc_norm and .answer_loglik.  `score` runs the model (the
+        engine's, under pipeline parallelism); by default one forward pass of `model` per micro-batch."""
         was_training = model.training
         model.eval()
+        score = score or model_log_probs(model, self.device)
         try:
             metrics = {}
             for task in self.tasks:
-                result = score_task(model, task, self.encode, self.seq_length, self.batch_size, self.device)
-                metrics[f"downstream.{task.name}.acc"] = result["acc"]
-                metrics[f"downstream.{task.name}.acc_norm"] = result["acc_norm"]
+                result = score_task(score, task, self.encode, self.seq_length, self.batch_size)
+                for name in ("acc", "acc_norm", "answer_loglik"):
+                    metrics[f"downstream.{task.name}.{name}"] = result[name]
                 log.info("downstream %s: acc %.3f, acc_norm %.3f over %d examples (chance %.3f)", task.name,
                          result["acc"], result["acc_norm"], int(result["examples"]), result["chance"])
             return metrics

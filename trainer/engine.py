@@ -4,11 +4,10 @@ trainer/train.py and bench/gpu_mfu.py drive either the same way.
 """
 from __future__ import annotations
 
-import contextlib
 import time
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import torch
 import torch.distributed as dist
@@ -17,12 +16,12 @@ from megatron.core.pipeline_parallel import get_forward_backward_func
 from megatron.core.tensor_parallel import param_is_not_tensor_parallel_duplicate
 from megatron.core.transformer.module import param_is_not_shared
 
-from conf import ConfigError
 from trainer import mcore_patches
 from trainer.backend import Backend
 from trainer.config import TrainerConfig
 from trainer.cpu import build_stages_in_turn
 from trainer.data import Batch
+from trainer.downstream import model_log_probs
 from trainer.losses import masked_sums, source_sums, token_losses
 from trainer.model import build_model
 from trainer.optim import build_optimizer, build_scheduler
@@ -56,10 +55,6 @@ class CpuEngine:
         if self.pipelined:
             backend.dims.require_model_split(cfg.model.num_layers)
             backend.dims.require_interleavable(cfg.grad_accumulation)
-        if self.pipelined and cfg.evaluation.tasks and cfg.evaluation.interval:
-            raise ConfigError("downstream evaluation (evaluation.tasks) scores with the whole model in one process; "
-                              f"it does not run with parallel.pp={backend.dims.pp}: set evaluation.interval=0 "
-                              "or parallel.pp=1")
         vp = backend.dims.vp
         if self.pipelined:
             with mcore_patches.applied(mcore_patches.CPU_PIPELINE_PATCHES):
@@ -137,6 +132,42 @@ class CpuEngine:
                 seq_length=self.cfg.model.seq_length, micro_batch_size=self.cfg.batch.micro_batch_size,
                 decoder_seq_length=self.cfg.model.seq_length, forward_only=forward_only)
         return [r["sums"] for r in reports]
+
+    def token_log_probs(self, batches: Sequence[tuple[torch.Tensor, torch.Tensor]]) -> list[torch.Tensor]:
+        """Downstream scoring (trainer/downstream.py's TokenLogProbs): per-position log p(target) of each
+        (inputs, targets) micro-batch, on every rank."""
+        if not self.pipelined:
+            return model_log_probs(self.model, self.backend.device)(batches)
+        return self._pipeline_log_probs(batches)
+
+    @torch.no_grad()
+    def _pipeline_log_probs(self, batches: Sequence[tuple[torch.Tensor, torch.Tensor]]) -> list[torch.Tensor]:
+        """Through megatron's schedule, forward only: the last stage computes each micro-batch's log-probabilities,
+        then hands them to every stage.  The schedule passes activations of one shape, [seq_length, micro-batch,
+        hidden], so each micro-batch is right-padded to evaluation.batch_size x seq_length (causal attention
+        keeps the padding out of the real positions), and the interleaved schedule gets whole groups of pp."""
+        size, width = self.cfg.evaluation.batch_size, self.cfg.model.seq_length
+        interleaved = len(self.chunks) > 1
+        group = self.backend.dims.pp if interleaved else 1
+        count = -(-len(batches) // group) * group
+        padded = []
+        for index in range(count):
+            inputs, targets = torch.zeros(size, width, dtype=torch.long), torch.zeros(size, width, dtype=torch.long)
+            if index < len(batches):
+                given_inputs, given_targets = batches[index]
+                inputs[:given_inputs.shape[0], :given_inputs.shape[1]] = given_inputs
+                targets[:given_targets.shape[0], :given_targets.shape[1]] = given_targets
+            padded.append((inputs, targets))
+        with mcore_patches.applied(mcore_patches.CPU_PIPELINE_PATCHES):
+            reports = self.forward_backward(
+                forward_step_func=_score_forward,
+                data_iterator=[iter(padded) for _ in self.chunks] if interleaved else iter(padded),
+                model=self.chunks if interleaved else self.model, num_microbatches=count, seq_length=width,
+                micro_batch_size=size, decoder_seq_length=width, forward_only=True)
+        logp = (torch.stack([r["logp"] for r in reports]).contiguous() if reports
+                else torch.zeros(count, size, width, dtype=torch.float32))
+        logp = self._from_last_stage(logp)
+        return [logp[i, :inputs.shape[0], :inputs.shape[1]] for i, (inputs, _) in enumerate(batches)]
 
     def _from_last_stage(self, total: torch.Tensor) -> torch.Tensor:
         """The last pipeline stage's `total` on every stage (rank 0, which logs, holds the first)."""
@@ -223,6 +254,22 @@ def _stage_forward(data_iterator, model, z_loss: float, n_tokens: torch.Tensor |
         return model(batch.tokens, batch.position_ids, batch.attention_mask), None
     ce, objective = token_losses(model, batch, z_loss)
     return torch.stack([ce, objective]), partial(_stage_loss, batch, n_tokens, n_sources)
+
+
+def _score_forward(data_iterator, model):
+    """megatron's forward_step_func for downstream scoring: the last stage computes each target's cross entropy
+    (the earlier stages ignore the labels)."""
+    inputs, targets = next(data_iterator)
+    positions = torch.arange(inputs.shape[1]).expand(inputs.shape[0], -1)
+    output = model(inputs, positions, None, labels=targets)
+    if not model.post_process:
+        return output, None
+    return output, _score_report
+
+
+def _score_report(ce: torch.Tensor):
+    """megatron's three-value loss contract, nothing to backpropagate: (0, tokens, log p(target) = -ce)."""
+    return ce.new_zeros(()), torch.tensor(ce.numel(), dtype=torch.int), {"logp": -ce.detach().float()}
 
 
 def build_engine(cfg: TrainerConfig, backend: Backend, vocab_size: int):

@@ -224,7 +224,7 @@ def _steps(cfg: TrainerConfig, manifest: Manifest, folder: RunFolder, engine, lo
                     metrics[f"val_loss.{name}"] = loss_sum / tokens
                     metrics[f"val_perplexity.{name}"] = math.exp(min(loss_sum / tokens, 50.0))
         if evaluations.downstream and ((step + 1) % cfg.evaluation.interval == 0 or final):
-            progress.downstream = evaluations.downstream.run(engine.gpt)
+            progress.downstream = evaluations.downstream.run(engine.gpt, engine.token_log_probs)
             metrics |= progress.downstream
         tracking.log_step({k: v for k, v in metrics.items() if math.isfinite(v)}, step)
         if (step + 1) % cfg.schedule.log_interval == 0 or step + 1 == cfg.schedule.steps:

@@ -5,7 +5,8 @@ megatron-core's own ColumnParallelLinear, RowParallelLinear and VocabParallelEmb
 megatron's own 1F1B schedule (`get_forward_backward_func`) runs the pipeline stages (the tiny model's four
 layers, two per stage, with the tied embedding on the first and last), and its interleaved 1F1B schedule runs
 them as two model chunks per stage (parallel.vp=2: stage 0 holds layers 0 and 2, stage 1 layers 1 and 3);
-gradients are summed over data-parallel ranks. Context parallelism needs the cuda backend (its attention needs Transformer Engine):
+gradients are summed over data-parallel ranks.  Every run scores a multiple-choice task (trainer/downstream.py)
+at steps 3 and 6, through the pipeline where there is one: the same scores as one process. Context parallelism needs the cuda backend (its attention needs Transformer Engine):
 the cpu backend refuses it with that message (test_parallel_dims.py).
 """
 import json
@@ -16,19 +17,43 @@ from pathlib import Path
 
 import mlflow
 import pytest
+import sentencepiece
 import torch
 from mlflow.tracking import MlflowClient
 
 from conftest import TINY
+from shardkit import EOD, build_shards
 from trainer.checkpoint import read_checkpoint, whole_state
+from trainer.manifest import file_sha256
 from trainer.parallel import ParallelDims, ParallelDimsError
 
 ROOT = Path(__file__).resolve().parents[2]
 STEPS = 6
+TASK = "what_animals_eat"
+ANIMALS = {"otter": "fish", "heron": "frogs", "beaver": "bark", "badger": "worms", "falcon": "pigeons"}
+
+
+@pytest.fixture(scope="module")
+def manifest_path(tmp_path_factory) -> Path:
+    """conftest's synthetic shards, with a real SentencePiece tokenizer (downstream evaluation encodes its task
+    with the manifest's) and the task beside the manifest: 5 examples of 3 choices, 15 sequences."""
+    root = tmp_path_factory.mktemp("shards")
+    (root / "corpus.txt").write_text("\n".join(f"the {a} eats {f} every day." for a, f in ANIMALS.items()) * 20)
+    sentencepiece.SentencePieceTrainer.train(input=str(root / "corpus.txt"), model_prefix=str(root / "spm"),
+                                             vocab_size=60, model_type="bpe", pad_id=0, unk_id=1, eos_id=EOD,
+                                             bos_id=-1, hard_vocab_limit=False, minloglevel=2)
+    foods = list(ANIMALS.values())
+    with open(root / f"{TASK}.jsonl", "w") as out:
+        for a, animal in enumerate(ANIMALS):
+            choices = [f"{foods[(a + k) % len(foods)]} every day." for k in (2, 0, 1)]
+            out.write(json.dumps({"context": f"the {animal} eats", "choices": choices, "answer": 1}) + "\n")
+    return build_shards(root, tokenizer=(str(root / "spm.model"), file_sha256(root / "spm.model")))
 
 
 def run(manifest_path, root: Path, processes: int, *overrides: str, resume: bool = False) -> None:
+    task = Path(manifest_path).parent / f"{TASK}.jsonl"
     settings = [*TINY, "model.num_layers=4", f"schedule.steps={STEPS}", "schedule.checkpoint_interval=3", "schedule.eval_interval=3",
+                f"evaluation.tasks=[{task}]", "evaluation.interval=3", "evaluation.batch_size=8",
                 f"paths.local={root}/local", f"paths.mlflow_tracking_uri=sqlite:///{root}/mlflow.db",
                 f"paths.mlflow_artifacts={root}/artifacts", f"paths.train_dir={root}/train", *overrides]
     launcher = ([sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={processes}"]
@@ -72,8 +97,8 @@ def single(manifest_path, tmp_path_factory) -> Path:
 @pytest.mark.parametrize("processes,layout", [(2, ["parallel.tp=2"]), (2, ["parallel.dp=2"]),
                                               (4, ["parallel.tp=2", "parallel.dp=2"]), (2, ["parallel.pp=2"]),
                                               (4, ["parallel.tp=2", "parallel.pp=2"]),
-                                              (2, ["parallel.pp=2", "parallel.vp=2"])],
-                         ids=["tp2", "dp2", "tp2-dp2", "pp2", "tp2-pp2", "pp2-vp2"])
+                                              (2, ["parallel.pp=2", "parallel.vp=2", "schedule.checkpoint_format=gathered"])],
+                         ids=["tp2", "dp2", "tp2-dp2", "pp2", "tp2-pp2", "pp2-vp2-gathered"])
 def test_parallel_run_matches_the_single_process(manifest_path, tmp_path, single, processes, layout):
     run(manifest_path, tmp_path, processes, *layout)
     assert param(tmp_path, "model.parameters") == param(single, "model.parameters")   # the whole model's size
@@ -87,6 +112,9 @@ def test_parallel_run_matches_the_single_process(manifest_path, tmp_path, single
     val_expected, val_got = metric(single, "val_loss"), metric(tmp_path, "val_loss")
     assert val_got.keys() == val_expected.keys() and all(
         val_got[s] == pytest.approx(val_expected[s], rel=1e-5) for s in val_got)
+    for name in ("answer_loglik", "acc", "acc_norm"):   # scored through the pipeline's last stage where pp > 1
+        expected, got = metric(single, f"downstream.{TASK}.{name}"), metric(tmp_path, f"downstream.{TASK}.{name}")
+        assert sorted(got) == [2, 5] and all(got[s] == pytest.approx(expected[s], rel=1e-5) for s in got), name
     # rank 0's checkpoint holds the whole model, gathered over tensor-parallel ranks and pipeline stages (layers
     # numbered globally, the tied embedding once): equal to one process's
     mine, theirs = checkpoint(tmp_path)["model"], checkpoint(single)["model"]
@@ -101,6 +129,31 @@ def test_parallel_run_matches_the_single_process(manifest_path, tmp_path, single
     assert worst < 1e-3, worst   # Adam's moments: squares of gradients summed in another order
     lineage = lambda root: (root / "train" / "lineage" / "batches.jsonl").read_text()
     assert lineage(tmp_path) == lineage(single)        # rank 0 records the whole global batch
+    if "schedule.checkpoint_format=gathered" in layout:
+        resumes_where_it_left_off(manifest_path, tmp_path, processes, layout)
+
+
+def resumes_where_it_left_off(manifest_path, root: Path, processes: int, layout: list[str]) -> None:
+    """The gathered format at pp > 1: rank 0's step-3.pt, read back into each stage's chunks at the same layout,
+    continues to the uninterrupted run's losses and step-6 weights and moments, bitwise."""
+    folder = root / "train" / "checkpoints"
+    uninterrupted = read_checkpoint(folder / f"step-{STEPS:08d}.pt")
+    for path in folder.glob(f"step-{STEPS:08d}*"):   # as if killed after step 3's checkpoint
+        path.unlink()
+    run(manifest_path, root, processes, *layout, resume=True)
+    mlflow.set_tracking_uri(f"sqlite:///{root}/mlflow.db")
+    client = MlflowClient()
+    [logged] = client.search_runs([client.get_experiment_by_name("weblm-pretrain").experiment_id])  # one run, resumed
+    losses: dict[int, list[float]] = {}
+    for m in client.get_metric_history(logged.info.run_id, "loss"):
+        losses.setdefault(m.step, []).append(m.value)
+    assert {s: len(v) for s, v in losses.items()} == {0: 1, 1: 1, 2: 1, 3: 2, 4: 2, 5: 2}   # steps 4-6 twice
+    assert all(v[0] == v[1] for v in losses.values() if len(v) == 2), losses
+    resumed = read_checkpoint(folder / f"step-{STEPS:08d}.pt")
+    assert list(resumed["model"]) == list(uninterrupted["model"]) and all(
+        torch.equal(v, uninterrupted["model"][k]) for k, v in resumed["model"].items() if torch.is_tensor(v))
+    assert all(torch.equal(v, uninterrupted["optimizer"]["state"][i][k])
+               for i, state in resumed["optimizer"]["state"].items() for k, v in state.items())
 
 
 def test_a_virtual_pipeline_that_cannot_interleave_is_refused():
