@@ -14,7 +14,9 @@ the time split: forward+backward, optimizer, waiting for data.  Variants:
   autocast over fp32 weights, fused AdamW): the speed a hand-written trainer reaches.  It lives here
   and nowhere else: it is a yardstick, not a second model for training.
 - `resume`: trains N steps, and again k steps + checkpoint + a fresh engine restored from it + N−k
-  steps, with trainer/checkpoint.py; prints the largest loss difference.
+  steps, with trainer/checkpoint.py; prints the largest loss difference.  The checkpoint is sharded (each
+  rank's shards through torch.distributed.checkpoint; on cuda the distributed optimizer's own slices), so
+  on a GPU this is the check of the cuda engine's sharded save and restore.
 
 Models: ~1.3 B (24 × 2048, 16 heads, FFN 8192) and ~125 M (12 × 768, 12 heads, FFN 3072), sequence 2048,
 untied output layer padded to 32,768 rows (the anchors' shapes in notes/trainer-anchors.md; the
@@ -249,8 +251,10 @@ def measure(name: str, kind: str, cfg: TrainerConfig, manifest, cache: Path, war
                     losses)
 
 
-def resume_check(cfg: TrainerConfig, manifest, cache: Path, total: int, cut: int) -> tuple[float, list, list]:
-    """Losses of `total` uninterrupted steps, and of `cut` steps + checkpoint + fresh restore + the rest."""
+def resume_check(cfg: TrainerConfig, manifest, cache: Path, total: int, cut: int
+                 ) -> tuple[float, list, list, str]:
+    """Losses of `total` uninterrupted steps, and of `cut` steps + checkpoint + fresh restore + the rest, and the
+    checkpoint's format."""
     def run(start: int, stop: int, checkpoint: Path | None, save_to: Path | None) -> list[float]:
         with open_backend(cfg) as backend:
             datasets = build_datasets(cfg, manifest, cache)
@@ -264,8 +268,8 @@ def resume_check(cfg: TrainerConfig, manifest, cache: Path, total: int, cut: int
                 losses = [engine.step(batches).loss for _, batches, _ in loader]
             finally:
                 loader.close()
-            if save_to is not None:   # the engine's parts save sharded (the cpu dry run) or gathered (cuda)
-                saved.append(save_checkpoint(save_to, stop, parts, {"bench": "resume"}, keep=None))
+            if save_to is not None:   # sharded on either backend (save_checkpoint's default format)
+                saved.append(save_checkpoint(save_to, stop, parts, {"bench": "resume"}, keep=None, sharded=True))
             del engine
             return losses
 
@@ -275,8 +279,9 @@ def resume_check(cfg: TrainerConfig, manifest, cache: Path, total: int, cut: int
         straight = run(0, total, None, None)
         first = run(0, cut, None, folder)
         second = run(cut, total, saved[-1], None)
+        form = "sharded" if saved[-1].is_dir() else "gathered"
     resumed = first + second
-    return max(abs(a - b) for a, b in zip(straight, resumed)), straight, resumed
+    return max(abs(a - b) for a, b in zip(straight, resumed)), straight, resumed, form
 
 
 def _free(device_type: str) -> None:
@@ -325,14 +330,15 @@ def main(argv: list[str] | None = None) -> int:
             try:
                 if kind == "resume":
                     total, cut = (6, 3) if not args.dry_run else (4, 2)
-                    worst, straight, resumed = resume_check(cfg, manifest, Path(cache), total, cut)
+                    worst, straight, resumed, form = resume_check(cfg, manifest, Path(cache), total, cut)
                     noise = max(abs(a - b) for a, b in zip(straight[:cut], resumed[:cut]))
-                    print(f"{name}: {total} steps straight vs {cut} + checkpoint + restore + {total - cut}: "
+                    print(f"{name}: {total} steps straight vs {cut} + {form} checkpoint + restore + {total - cut}: "
                           f"largest loss difference {worst:.2e} ({'PASS' if worst <= 1e-4 else 'FAIL'} at 1e-4), "
                           f"{noise:.2e} before the cut (run-to-run); "
                           f"straight {[round(x, 5) for x in straight]} resumed {[round(x, 5) for x in resumed]} "
                           f"[{time.perf_counter() - t0:.0f} s]", flush=True)
-                    record = {"name": name, "max_loss_diff": worst, "straight": straight, "resumed": resumed}
+                    record = {"name": name, "max_loss_diff": worst, "straight": straight, "resumed": resumed,
+                              "checkpoint_format": form}
                 else:
                     m = measure(name, kind, cfg, manifest, Path(cache), args.warmup, args.steps, peak)
                     rows.append(m)

@@ -17,9 +17,10 @@ from __future__ import annotations
 
 import time
 from functools import partial
-from typing import Any
+from typing import Any, Sequence
 
 import torch
+from megatron.core import parallel_state
 from megatron.core.distributed import DistributedDataParallel, DistributedDataParallelConfig, finalize_model_grads
 from megatron.core.optimizer import OptimizerConfig, get_megatron_optimizer
 from megatron.core.optimizer.clip_grads import clip_grad_by_total_norm_fp32
@@ -28,12 +29,15 @@ from megatron.core.transformer.module import Float16Module
 
 from conf import ConfigError
 from trainer.backend import Backend
+from trainer.checkpoint import CheckpointError
 from trainer.config import TrainerConfig
 from trainer.data import Batch
+from trainer.downstream import model_log_probs
 from trainer.engine import Check, StepResult, accept_all
 from trainer.losses import source_sums, token_losses
 from trainer.model import build_model
 from trainer.optim import build_scheduler
+from trainer.sharded_state import ShardedRef
 
 
 def _loss(batch: Batch, per_token: torch.Tensor, n_sources: int = 0):
@@ -104,6 +108,92 @@ class DistributedOptimizerState:
                 inner.state[p]["step"] = step.clone()
 
 
+class CudaShardedModel:
+    """Checkpoint part for the cuda engine's model: whole (`state_dict`, the gathered format) or written through
+    torch.distributed.checkpoint under the cpu backend's keys, `model/<name>` (tp=pp=1 here: every rank holds the
+    whole model, which DCP writes once).  Not yet run on a GPU: bench/gpu_mfu.py's resume check saves and
+    restores it."""
+
+    def __init__(self, model: torch.nn.Module, gpt: torch.nn.Module):
+        self.model, self.gpt = model, gpt   # megatron's DDP (what trains), and the GPTModel inside it
+
+    def state_dict(self) -> dict[str, Any]:
+        return self.model.state_dict()
+
+    def _tensors(self) -> dict[str, torch.Tensor]:
+        return {k: v for k, v in self.gpt.state_dict().items() if torch.is_tensor(v)}   # _extra_state is None
+
+    def sharded_state_dict(self, copy: bool = False) -> dict[str, torch.Tensor]:
+        return {f"model/{k}": v.detach().clone() if copy else v for k, v in self._tensors().items()}
+
+    def sharded_extra(self) -> dict[str, Any]:
+        return {"names": list(self.gpt.state_dict())}
+
+    def load_state_dict(self, state: Any) -> None:
+        if not isinstance(state, ShardedRef):
+            return self.model.load_state_dict(state)
+        from torch.distributed.checkpoint import load
+
+        template = {f"model/{k}": torch.empty_like(v) for k, v in self._tensors().items()}
+        load(template, checkpoint_id=state.path)
+        self.gpt.load_state_dict({k: template.get(f"model/{k}", v) for k, v in self.gpt.state_dict().items()})
+
+
+class ShardedDistributedOptimizer(DistributedOptimizerState):
+    """The distributed optimizer's state as each data-parallel rank's own ZeRO-1 slices (fp32 main weights, Adam
+    moments, step), written through torch.distributed.checkpoint without a gather, under
+    `optimizer/<optimizer>/dp<rank>/<parameter>/<tensor>`; the param groups' settings in `common.pt`.  Like
+    megatron's `dp_reshardable` format it loads at the data-parallel size that wrote it (at another, resume from
+    a gathered checkpoint).  The gathered format (the parent's) stays.  Not yet run on a GPU."""
+
+    def __init__(self, optimizer, gpt: torch.nn.Module):
+        super().__init__(optimizer)
+        self.names = {param: name for name, param in gpt.named_parameters()}
+
+    def _slices(self):
+        """(key prefix, megatron optimizer, model parameter) for each parameter this rank holds a slice of."""
+        dp_rank = parallel_state.get_data_parallel_rank()
+        for index, opt in enumerate(_megatron_optimizers(self.optimizer)):
+            for param in opt.model_param_group_index_map:
+                yield f"optimizer/{index}/dp{dp_rank}/{self.names[param]}", opt, param
+
+    def sharded_state_dict(self, copy: bool = False) -> dict[str, torch.Tensor]:
+        out = {}
+        for key, opt, param in self._slices():
+            for name, tensor in opt._get_main_param_and_optimizer_states(param).items():
+                out[f"{key}/{name}"] = tensor.detach().clone() if copy else tensor
+        return out
+
+    def sharded_extra(self) -> dict[str, Any]:
+        return {"common": self.optimizer.state_dict(), "dp": parallel_state.get_data_parallel_world_size()}
+
+    def load_state_dict(self, state: Any) -> None:
+        if not isinstance(state, ShardedRef):
+            return super().load_state_dict(state)
+        from torch.distributed.checkpoint import load
+
+        dp = parallel_state.get_data_parallel_world_size()
+        if state.extra["dp"] != dp:
+            raise CheckpointError(f"{state.path}: the distributed optimizer's slices were written at dp="
+                                  f"{state.extra['dp']}, and load only at that data-parallel size (this run: dp={dp}); "
+                                  "resume at that size, or from a checkpoint written with "
+                                  "schedule.checkpoint_format=gathered")
+        self.optimizer.load_state_dict(state.extra["common"])   # allocates the state tensors the slices fill
+        slices = list(self._slices())
+        template = {f"{key}/{name}": torch.empty_like(tensor) for key, opt, param in slices
+                    for name, tensor in opt._get_main_param_and_optimizer_states(param).items()}
+        load(template, checkpoint_id=state.path)
+        for key, opt, param in slices:
+            names = opt._get_main_param_and_optimizer_states(param)
+            opt._set_main_param_and_optimizer_states(param, {n: template[f"{key}/{n}"] for n in names})
+        for inner in _inner_optimizers(self.optimizer):
+            # megatron 0.16.1's load_state_dict gives every parameter one shared `step` tensor (filled above with the
+            # same value each time), which torch's AdamW would then advance once per parameter: each gets its own
+            for param_state in inner.state.values():
+                if "step" in param_state:
+                    param_state["step"] = param_state["step"].clone()
+
+
 class CudaEngine:
     def __init__(self, cfg: TrainerConfig, backend: Backend, vocab_size: int):
         if backend.dims.tp * backend.dims.pp > 1:
@@ -139,8 +229,9 @@ class CudaEngine:
         self.forward_backward = get_forward_backward_func()
 
     def parts(self) -> dict[str, Any]:
-        return {"model": self.model, "optimizer": DistributedOptimizerState(self.optimizer),
-                "scheduler": self.scheduler}
+        """Sharded or gathered, as `schedule.checkpoint_format` says (trainer/checkpoint.py); either loads."""
+        return {"model": CudaShardedModel(self.model, self.gpt),
+                "optimizer": ShardedDistributedOptimizer(self.optimizer, self.gpt), "scheduler": self.scheduler}
 
     @property
     def lr(self) -> float:
@@ -184,6 +275,10 @@ class CudaEngine:
             self.scheduler.step(1)                         # the same lr convention as the cpu engine
             self.optimizer.step_with_ready_grads()
         return reason, grad_norm
+
+    def token_log_probs(self, batches: Sequence[tuple[torch.Tensor, torch.Tensor]]) -> list[torch.Tensor]:
+        """Downstream scoring (trainer/downstream.py): tp=pp=1 here, so one forward pass per micro-batch."""
+        return model_log_probs(self.gpt, self.backend.device)(batches)
 
     @torch.no_grad()
     def evaluate(self, batches: list[Batch], n_sources: int = 0) -> tuple[float, torch.Tensor | None]:

@@ -28,4 +28,5 @@ def test_gpu_benchmark_dry_run_measures_every_kind_of_variant(manifest_path, tmp
     assert abs(records["mcore-1b"]["losses"][0] - records["mcore-1b-as-shipped"]["losses"][0]) < 1e-4
     assert records["resume"]["max_loss_diff"] == 0.0
     assert records["resume"]["straight"] == records["resume"]["resumed"]
+    assert records["resume"]["checkpoint_format"] == "sharded"   # on a GPU: the cuda engine's sharded parts
     assert "variant" in run.stdout and "device: none (CPU dry run)" in run.stdout
