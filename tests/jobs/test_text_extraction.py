@@ -180,3 +180,26 @@ def test_the_hint_reaches_rs_trafilatura(monkeypatch):
 def test_resiliparse_counts_the_main_content_words():
     page = forum_thread(posts=0)  # the opening post: 4 sentences of 14 words, a title, a nav link
     assert 4 * 14 <= main_text_module._resiliparse_words(page) <= 4 * 14 + 10
+
+
+def test_resiliparse_reads_visible_words_first_and_main_content_only_when_they_cannot_decide():
+    page = forum_thread(posts=3)  # opening post and replies: the visible words are well above the main content's
+    main_words = main_text_module._resiliparse_words(page)
+    visible = main_text_module._resiliparse_words(page, found=main_words, share=0.3)
+    assert visible > main_words  # rs-trafilatura found 0.3 of the visible words or more: no fallback either way
+    assert main_text_module._resiliparse_words(page, found=5, share=0.3) == main_words  # under: main content decides
+    assert main_text_module._resiliparse_words(page, found=visible + 1, share=0.3) == main_words  # above all visible
+
+
+def test_control_characters_are_counted_in_any_script():
+    import re
+
+    text = "Привет \x00 мир\tß\x1f 日本\x0b\n\r\x0c" * 3 + "\ud800"  # a lone surrogate must not break the count
+    assert main_text_module.control_chars(text) == len(re.findall(r"[\x00-\x08\x0b\x0e-\x1f]", text)) == 9
+
+
+def test_nesting_depth_ignores_the_pages_own_marker_bytes():
+    from jobs.text.main_text import nesting_depth
+
+    assert nesting_depth(b"\x01\x01\x01<div><p>a</p></div>\x02", at_least=0) == 2
+    assert nesting_depth(b"<DIV><Span/><br></div><div>", at_least=0) == 1  # self-closed, void and unclosed

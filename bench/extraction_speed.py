@@ -1,0 +1,154 @@
+"""Benchmark: the extract job's cost per page against rs-trafilatura alone and plain trafilatura, in one process.
+
+    .venv/bin/python bench/extraction_speed.py [--limit N] [--profile]
+
+WCXB dev's pages (never its held-out test split), as two sets: articles and the six other types together
+(mixed).  Each page goes through every variant in turn, the variants' order rotating from page to page, so
+that a change in the machine's load falls on all of them alike; the cost is CPU time (`time.process_time`),
+so docs per CPU-second is docs/s on one core whatever else the machine runs:
+- rs-trafilatura alone: `rs_trafilatura.extract(text, url=url)` with its defaults (its own page-type
+  classifier), on text decoded beforehand: the extractor's own cost, the strictest baseline;
+- plain trafilatura: `trafilatura.extract(html)` on the bytes (bench/extraction_quality.py's baseline);
+- the job in-process: `jobs.text.main_text.extract_document`, all of it (checks, decoding, hints,
+  rs-trafilatura, resiliparse, the trafilatura fallback, lines), as `extract.sandbox=false` runs it;
+- the job in its sandbox: `ExtractionSandbox`, this process's CPU for the round trip plus the child's.
+Printed: docs/CPU-s per variant and set, and the job's ratio to each baseline.  `--profile` then runs the
+job in-process under cProfile per set and prints its cost per component (ms per page) and the top functions.
+Quality is bench/extraction_quality.py's (end to end through `python -m jobs.text.extract_files`).
+"""
+from __future__ import annotations
+
+import argparse
+import cProfile
+import gzip
+import logging
+import pstats
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from bench.extraction_quality import DATA, load_wcxb_dev, wcxb_scorer  # noqa: E402
+from jobs.config import load_jobs_config  # noqa: E402
+from jobs.text.decode import decode_html  # noqa: E402
+from jobs.text.main_text import extract_document  # noqa: E402
+from jobs.text.sandbox import ExtractionSandbox  # noqa: E402
+
+GOAL_ARTICLES = 60.0  # docs per CPU-second on articles (issue 11 §1)
+# cProfile rows (file part, function) whose cumulative time is one component of the job, in pipeline order
+COMPONENTS = (("nesting check", "main_text.py", "nesting_depth"), ("decoding", "decode.py", "decode_html"),
+              ("binary check", "main_text.py", "control_chars"), ("page-type hint", "page_type.py", "page_type_hint"),
+              ("rs-trafilatura", "~", "<built-in method rs_trafilatura._core.extract>"),
+              ("resiliparse words", "main_text.py", "_resiliparse_words"),
+              ("trafilatura fallback", "main_text.py", "_trafilatura"),
+              ("repeated lines", "lines.py", "drop_repeated_lines"))
+
+
+def load_sets(limit: int | None) -> dict:
+    """{"articles": [(html bytes, decoded text, url)], "mixed": [...]} from WCXB dev."""
+    sets = {"articles": [], "mixed": []}
+    for page in load_wcxb_dev(wcxb_scorer()):
+        pages = sets["articles" if page.page_type == "article" else "mixed"]
+        if limit is None or len(pages) < limit:
+            html = gzip.decompress(page.html_gz.read_bytes())
+            pages.append((html, decode_html(html).text, page.url))
+    return sets
+
+
+def variants(cfg, sandbox: ExtractionSandbox) -> dict:
+    """name -> run(html, text, url), each timed by the caller with process_time (the sandbox's child adds its own)."""
+    import rs_trafilatura
+    import trafilatura
+
+    def plain_trafilatura(html, _text, _url):
+        try:
+            trafilatura.extract(html)
+        except Exception:  # plain use: whatever it raises is an empty result, as in extraction_quality.py
+            pass
+
+    return {"rs-trafilatura alone": lambda _html, text, url: rs_trafilatura.extract(text, url=url),
+            "plain trafilatura": plain_trafilatura,
+            "job in-process": lambda html, _text, url: extract_document(html, 200, "text/html", None, url, cfg),
+            "job in its sandbox": lambda html, _text, url: sandbox.extract(html, 200, "text/html", None, url)}
+
+
+def measure(pages: list, runs: dict, sandbox: ExtractionSandbox) -> dict:
+    """name -> CPU seconds over `pages`, the variants' order rotating page by page."""
+    names = list(runs)
+    spent = dict.fromkeys(names, 0.0)
+    child_before = sandbox.cpu_seconds()
+    for i, (html, text, url) in enumerate(pages):
+        for name in names[i % len(names):] + names[:i % len(names)]:
+            started = time.process_time()
+            runs[name](html, text, url)
+            spent[name] += time.process_time() - started
+    spent["job in its sandbox"] += sandbox.cpu_seconds() - child_before  # the child's CPU: extraction and unpickling
+    return spent
+
+
+def print_speeds(name: str, pages: list, spent: dict) -> None:
+    rate = {variant: len(pages) / seconds for variant, seconds in spent.items()}
+    print(f"\n{name}: {len(pages)} pages, {sum(len(p[0]) for p in pages) / len(pages) / 1e3:.0f} KB of HTML on average")
+    for variant, value in rate.items():
+        print(f"  {variant:<22}{value:7.1f} docs/CPU-s  {1e3 / value:6.2f} ms/page")
+    for job in ("job in-process", "job in its sandbox"):
+        print(f"  {job} / rs-trafilatura alone {rate[job] / rate['rs-trafilatura alone']:.2f}, "
+              f"/ plain trafilatura {rate[job] / rate['plain trafilatura']:.2f}")
+    if name == "articles":
+        value = rate["job in its sandbox"]
+        print(f"  goal: {value:.1f} >= {GOAL_ARTICLES:.0f} docs/CPU-s on articles (the job as it runs, in its sandbox): "
+              f"{'met' if value >= GOAL_ARTICLES else 'MISSED'} on this machine now")
+
+
+def print_profile(name: str, pages: list, cfg, top: int = 12) -> None:
+    profiler = cProfile.Profile()
+    profiler.enable()
+    for html, _text, url in pages:
+        extract_document(html, 200, "text/html", None, url, cfg)
+    profiler.disable()
+    stats = pstats.Stats(profiler)
+    per_page = lambda seconds: 1e3 * seconds / len(pages)
+    print(f"\n{name}: the job in-process under cProfile (its overhead included), ms per page")
+    accounted = 0.0
+    for label, file_part, function in COMPONENTS:
+        seconds = sum(row[3] for (file, _line, func), row in stats.stats.items()
+                      if func == function and file.endswith(file_part))
+        accounted += seconds
+        print(f"  {label:<22}{per_page(seconds):7.2f}")
+    print(f"  {'everything else':<22}{per_page(stats.total_tt - accounted):7.2f}")
+    print(f"  {'total':<22}{per_page(stats.total_tt):7.2f}")
+    print(f"  top {top} functions by own time:")
+    rows = sorted(stats.stats.items(), key=lambda item: -item[1][2])[:top]
+    for (file, line, func), (_cc, calls, own, cumulative, _callers) in rows:
+        where = func if file == "~" else f"{Path(file).name}:{line}({func})"
+        print(f"    {per_page(own):7.2f} own {per_page(cumulative):7.2f} cumulative {calls:7d} calls  {where}")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--limit", type=int, help="at most this many pages per set (a quick run)")
+    parser.add_argument("--profile", action="store_true", help="also profile the job in-process, per component")
+    args = parser.parse_args()
+    if wcxb_scorer() is None:
+        print(f"skipped: {DATA / 'wcxb_dev'} is absent (the shared data set is not beside this checkout)")
+        return 0
+    logging.getLogger("trafilatura").setLevel(logging.CRITICAL)
+    cfg = load_jobs_config().extract
+    sets = load_sets(args.limit)
+    with ExtractionSandbox(cfg) as sandbox:
+        runs = variants(cfg, sandbox)
+        warm = sets["articles"][0]
+        for run in runs.values():  # imports, the child's start and first-call caches, untimed
+            run(*warm)
+        for name, pages in sets.items():
+            print_speeds(name, pages, measure(pages, runs, sandbox))
+    if args.profile:
+        for name, pages in sets.items():
+            print_profile(name, pages, cfg)
+    return 0
+
+
+if __name__ == "__main__":  # the sandbox's spawn child re-imports this module: keep work under the guard
+    sys.exit(main())
