@@ -124,8 +124,8 @@ def _recomputation(checkpoint: str, cache_dir: str | None) -> Iterator[Recompute
     cache = lambda: cache_dir or load_paths().cache_dir   # noqa: E731  (read only when something is remote)
     payload = _read_checkpoint(checkpoint, cache)
     meta, progress = payload["meta"], payload["progress"]
-    cfg = build(TrainerConfig, _current_keys(meta["config"]) | {"backend": "cpu",
-                                                                "parallel": {"tp": 1, "pp": 1, "cp": 1, "dp": 1}})
+    one_process = {"tp": 1, "pp": 1, "vp": 1, "cp": 1, "dp": 1}
+    cfg = build(TrainerConfig, _current_keys(meta["config"]) | {"backend": "cpu", "parallel": one_process})
     location = meta["manifest_path"]
     manifest = (open_manifest(location, cache(), attempts=1, verify=False) if is_uri(location)
                 else load_manifest(location, verify=False))
