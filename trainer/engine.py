@@ -55,7 +55,7 @@ class CpuEngine:
         if self.pipelined:
             backend.dims.require_model_split(cfg.model.num_layers)
             backend.dims.require_interleavable(cfg.grad_accumulation)
-        vp = backend.dims.vp
+        vp = backend.dims.vp if self.pipelined else 1
         if self.pipelined:
             with mcore_patches.applied(mcore_patches.CPU_PIPELINE_PATCHES):
                 self.chunks = build_stages_in_turn(

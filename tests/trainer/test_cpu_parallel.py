@@ -5,9 +5,11 @@ megatron-core's own ColumnParallelLinear, RowParallelLinear and VocabParallelEmb
 megatron's own 1F1B schedule (`get_forward_backward_func`) runs the pipeline stages (the tiny model's four
 layers, two per stage, with the tied embedding on the first and last), and its interleaved 1F1B schedule runs
 them as two model chunks per stage (parallel.vp=2: stage 0 holds layers 0 and 2, stage 1 layers 1 and 3);
-gradients are summed over data-parallel ranks.  Every run scores a multiple-choice task (trainer/downstream.py)
-at steps 3 and 6, through the pipeline where there is one: the same scores as one process. Context parallelism needs the cuda backend (its attention needs Transformer Engine):
-the cpu backend refuses it with that message (test_parallel_dims.py).
+gradients are summed over data-parallel ranks.  (Plain 1F1B at tp=1 has no case of its own: tp2-pp2 runs
+that schedule, pp2-vp2 the pipeline at tp=1.)  Every run scores a multiple-choice task (trainer/downstream.py)
+at steps 3 and 6, through the pipeline where there is one: the same scores as one process.  Context
+parallelism needs the cuda backend (its attention needs Transformer Engine): the cpu backend refuses it with
+that message (test_parallel_dims.py).
 """
 import json
 import shutil
@@ -95,10 +97,10 @@ def single(manifest_path, tmp_path_factory) -> Path:
 
 
 @pytest.mark.parametrize("processes,layout", [(2, ["parallel.tp=2"]), (2, ["parallel.dp=2"]),
-                                              (4, ["parallel.tp=2", "parallel.dp=2"]), (2, ["parallel.pp=2"]),
+                                              (4, ["parallel.tp=2", "parallel.dp=2"]),
                                               (4, ["parallel.tp=2", "parallel.pp=2"]),
                                               (2, ["parallel.pp=2", "parallel.vp=2", "schedule.checkpoint_format=gathered"])],
-                         ids=["tp2", "dp2", "tp2-dp2", "pp2", "tp2-pp2", "pp2-vp2-gathered"])
+                         ids=["tp2", "dp2", "tp2-dp2", "tp2-pp2", "pp2-vp2-gathered"])
 def test_parallel_run_matches_the_single_process(manifest_path, tmp_path, single, processes, layout):
     run(manifest_path, tmp_path, processes, *layout)
     assert param(tmp_path, "model.parameters") == param(single, "model.parameters")   # the whole model's size
