@@ -10,7 +10,8 @@ word: block tag, heading level, depth, the tags and class/id keywords of its anc
 the block and its parents, how many siblings share its tag and class (item grids), its position, and how much of
 the extractors' kept text its parents hold (the main-content container), plus the same for its neighbours.
 
-Hand-written, not a library: boilerpipe and dragnet are Java / unmaintained Python-2-era C extensions, and
+Not used by the extract job: the text + DOM line model stays under the job's rule on the mixed page types
+(bench/extraction_dom.py holds the figures).  Hand-written, not a library: boilerpipe and dragnet are Java / unmaintained Python-2-era C extensions, and
 Web2Text is a research TensorFlow model; the walk itself is lxml's.
 """
 from __future__ import annotations
