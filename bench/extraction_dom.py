@@ -153,14 +153,15 @@ def main() -> int:
     for i, p in enumerate(pages):
         text = job(outputs[p.id])
         job_scores[i] = scorer.word_f1(text if len(text) >= cfg.min_chars else "", p.reference)
-    results = {}
+    results, probas = {}, {}
     variants = {"text-only model": (text_items, None), "text + DOM model": (dom_items, None),
                 "text + DOM + the rule's keep": (rule_items, None),
                 "the same, trained on non-articles": (rule_items, lambda i: hint[i] != "article")}
     for name in args.variants or variants:
         items, train_on = variants[name]
         t0 = time.perf_counter()
-        results[name] = cross_validate(pages, items, groups, args.folds, args.threshold, cfg, scorer, train_on)[1]
+        proba, results[name] = cross_validate(pages, items, groups, args.folds, args.threshold, cfg, scorer, train_on)
+        probas[name] = (items, proba)
         print(f"  {name}: {time.perf_counter() - t0:.0f} s", file=sys.stderr)
     print(f"\n{args.folds}-fold CV grouped by domain, threshold {args.threshold} fixed beforehand")
     print(f"  {'word F1':<34}" + "".join(f"{t[:7]:>8}" for t in TYPES) + f"{'mixed':>8}")
@@ -175,6 +176,18 @@ def main() -> int:
             for label, weak in (("not on articles", set(TYPES) - {"article"}), ("forum..service only", set(WEAK_TYPES))):
                 hybrid = {i: scores[i] if hint[i] in weak else job_scores[i] for i in job_scores}
                 print_summary(f"{name[:20]}, {label}", summarise(pages, hybrid))
+    # the model as an editor of the rule's text: it drops the rule's lines it is sure of, adds lines it is sure of
+    for name, (items, proba) in probas.items():
+        for drop_below, add_above in ((0.1, 1.1), (0.2, 1.1), (0.3, 1.1), (0.0, 0.9), (0.2, 0.9)):
+            edited = {}
+            for i, p in enumerate(pages):
+                keys = job_keys[i]
+                keep = np.array([(c.key in keys and q >= drop_below) or q >= add_above
+                                 for c, q in zip(items[i][0], proba[i])], dtype=bool)
+                text = assemble(items[i][0], keep) if hint[i] != "article" else job(outputs[p.id])
+                edited[i] = scorer.word_f1(text if len(text) >= cfg.min_chars else "", p.reference)
+            results[f"rule minus P<{drop_below}, plus P>={add_above}"] = edited
+            print_summary(f"rule -P<{drop_below} +P>={add_above} ({name[:8]})", summarise(pages, edited))
     print("\n  per type P / R / F1")
     detail = {"the job's rule": job_scores, "the labels (ceiling)": oracle, **results}
     for name, scores in detail.items():
