@@ -8,6 +8,8 @@ run through `python -m jobs.text.extract_files`, the job's own code and conf/job
 then plain `trafilatura.extract(html)` runs over the same pages in this process.  Printed per type:
 precision, recall, F1 and speed for both, and pages left empty.  Speed is documents per CPU-second
 (docs/s on one core, the sandbox child's CPU included), so that a busy machine does not change it.
+bench/extraction_speed.py measures speed alone, page by page against rs-trafilatura alone and plain trafilatura
+in one process, with a profile per component.
 
 Metrics are each benchmark's own: WCXB's `evaluate.py` word F1 (mean of per-page P, R, F1; an empty
 text scores 0 unless the page has no main content); trafilatura's snippet counts (a `with` snippet
