@@ -2,14 +2,17 @@
 
 z-loss (PaLM, arXiv 2204.02311 §5; OLMo 2) adds `z_loss * log(Z)^2` per token, Z the softmax normaliser,
 which keeps the output logits from drifting to large magnitudes (a source of late loss spikes in bf16).
-Without it the model computes its own (on a GPU, fused) cross entropy; with it the logits are gathered
-over tensor parallelism and both terms are computed here in fp32.  The loss reported is always the cross
-entropy, so curves with and without z-loss compare.
+Without it the model computes its own (on a GPU, fused) cross entropy; with it both terms are computed here in
+fp32 from each tensor-parallel rank's slice of the vocabulary, as megatron's vocab-parallel cross entropy does
+(a max, a sum of exponentials and the target's logit, each reduced over the tensor-parallel group), so the
+full logits are never gathered.  The loss reported is always the cross entropy, so curves with and without
+z-loss compare.
 """
 from __future__ import annotations
 
 import torch
-from megatron.core.tensor_parallel import gather_from_tensor_model_parallel_region
+from megatron.core import parallel_state
+from megatron.core.tensor_parallel import reduce_from_tensor_model_parallel_region
 
 from trainer.data import Batch
 
@@ -20,10 +23,29 @@ def token_losses(model: torch.nn.Module, batch: Batch, z_loss: float = 0.0) -> t
         ce = model(batch.tokens, batch.position_ids, batch.attention_mask, labels=batch.labels)
         return ce, ce
     logits = model(batch.tokens, batch.position_ids, batch.attention_mask)        # [b, s, vocab / tp]
-    logits = gather_from_tensor_model_parallel_region(logits).float()
-    log_z = torch.logsumexp(logits, dim=-1)
-    ce = log_z - logits.gather(-1, batch.labels.unsqueeze(-1)).squeeze(-1)
+    ce, log_z = vocab_parallel_terms(logits.float(), batch.labels)
     return ce, ce + z_loss * log_z.square()
+
+
+def vocab_parallel_terms(logits: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(cross entropy, log Z) per token from this rank's slice of the vocabulary ([..., vocab / tp]).
+
+    Hand-written because megatron's `vocab_parallel_cross_entropy` shifts the logits in place and returns no
+    log Z; its reductions are the same: the max (a constant, without gradient), then the sum of exponentials
+    and the target's logit through megatron's autograd-aware all-reduce."""
+    tp = parallel_state.get_tensor_model_parallel_world_size() if parallel_state.model_parallel_is_initialized() else 1
+    width = logits.size(-1)
+    start = parallel_state.get_tensor_model_parallel_rank() * width if tp > 1 else 0
+    shift = logits.detach().amax(dim=-1)
+    if tp > 1:
+        torch.distributed.all_reduce(shift, op=torch.distributed.ReduceOp.MAX,
+                                     group=parallel_state.get_tensor_model_parallel_group())
+    sum_exp = reduce_from_tensor_model_parallel_region(torch.exp(logits - shift.unsqueeze(-1)).sum(dim=-1))
+    log_z = sum_exp.log() + shift
+    mine = (labels >= start) & (labels < start + width)
+    target = logits.gather(-1, (labels - start).clamp(0, width - 1).unsqueeze(-1)).squeeze(-1)
+    target = reduce_from_tensor_model_parallel_region(torch.where(mine, target, torch.zeros_like(target)))
+    return log_z - target, log_z
 
 
 def masked_sums(model: torch.nn.Module, batch: Batch, z_loss: float = 0.0
