@@ -1,6 +1,6 @@
 """Benchmark: the extract job's cost per page against rs-trafilatura alone and plain trafilatura, in one process.
 
-    .venv/bin/python bench/extraction_speed.py [--limit N] [--profile]
+    .venv/bin/python bench/extraction_speed.py [--limit N] [--profile] [--compare OLD_main_text.py]
 
 WCXB dev's pages (never its held-out test split), as two sets: articles and the six other types together
 (mixed).  Each page goes through every variant in turn, the variants' order rotating from page to page, so
@@ -12,6 +12,8 @@ so docs per CPU-second is docs/s on one core whatever else the machine runs:
 - the job in-process: `jobs.text.main_text.extract_document`, all of it (checks, decoding, hints,
   rs-trafilatura, resiliparse, the trafilatura fallback, lines), as `extract.sandbox=false` runs it;
 - the job in its sandbox: `ExtractionSandbox`, this process's CPU for the round trip plus the child's.
+- with `--compare FILE`, another version of jobs/text/main_text.py run in-process as one more variant (a before/after
+  in one process: `git show REF:jobs/text/main_text.py > /tmp/before.py`).
 Printed: docs/CPU-s per variant and set, and the job's ratio to each baseline.  `--profile` then runs the
 job in-process under cProfile per set and prints its cost per component (ms per page) and the top functions.
 Quality is bench/extraction_quality.py's (end to end through `python -m jobs.text.extract_files`).
@@ -21,6 +23,7 @@ from __future__ import annotations
 import argparse
 import cProfile
 import gzip
+import importlib.util
 import logging
 import pstats
 import sys
@@ -57,7 +60,16 @@ def load_sets(limit: int | None) -> dict:
     return sets
 
 
-def variants(cfg, sandbox: ExtractionSandbox) -> dict:
+def load_main_text(path: Path):
+    """Another version of jobs/text/main_text.py as a module of its own (it imports the rest of `jobs` as it is)."""
+    spec = importlib.util.spec_from_file_location("compared_main_text", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look themselves up here
+    spec.loader.exec_module(module)
+    return module
+
+
+def variants(cfg, sandbox: ExtractionSandbox, compare: Path | None = None) -> dict:
     """name -> run(html, text, url), each timed by the caller with process_time (the sandbox's child adds its own)."""
     import rs_trafilatura
     import trafilatura
@@ -71,7 +83,9 @@ def variants(cfg, sandbox: ExtractionSandbox) -> dict:
     return {"rs-trafilatura alone": lambda _html, text, url: rs_trafilatura.extract(text, url=url),
             "plain trafilatura": plain_trafilatura,
             "job in-process": lambda html, _text, url: extract_document(html, 200, "text/html", None, url, cfg),
-            "job in its sandbox": lambda html, _text, url: sandbox.extract(html, 200, "text/html", None, url)}
+            "job in its sandbox": lambda html, _text, url: sandbox.extract(html, 200, "text/html", None, url),
+            **({f"{compare.name} in-process": lambda html, _text, url, other=load_main_text(compare).extract_document:
+                other(html, 200, "text/html", None, url, cfg)} if compare else {})}
 
 
 def measure(pages: list, runs: dict, sandbox: ExtractionSandbox) -> dict:
@@ -96,6 +110,8 @@ def print_speeds(name: str, pages: list, spent: dict) -> None:
     for job in ("job in-process", "job in its sandbox"):
         print(f"  {job} / rs-trafilatura alone {rate[job] / rate['rs-trafilatura alone']:.2f}, "
               f"/ plain trafilatura {rate[job] / rate['plain trafilatura']:.2f}")
+    for compared in [variant for variant in rate if variant.endswith(".py in-process")]:
+        print(f"  job in-process / {compared} {rate['job in-process'] / rate[compared]:.3f}")
     if name == "articles":
         value = rate["job in its sandbox"]
         print(f"  goal: {value:.1f} >= {GOAL_ARTICLES:.0f} docs/CPU-s on articles (the job as it runs, in its sandbox): "
@@ -130,6 +146,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--limit", type=int, help="at most this many pages per set (a quick run)")
     parser.add_argument("--profile", action="store_true", help="also profile the job in-process, per component")
+    parser.add_argument("--compare", type=Path, help="another main_text.py to run in-process beside the job (before/after)")
     args = parser.parse_args()
     if wcxb_scorer() is None:
         print(f"skipped: {DATA / 'wcxb_dev'} is absent (the shared data set is not beside this checkout)")
@@ -138,7 +155,7 @@ def main() -> int:
     cfg = load_jobs_config().extract
     sets = load_sets(args.limit)
     with ExtractionSandbox(cfg) as sandbox:
-        runs = variants(cfg, sandbox)
+        runs = variants(cfg, sandbox, args.compare)
         warm = sets["articles"][0]
         for run in runs.values():  # imports, the child's start and first-call caches, untimed
             run(*warm)
