@@ -11,7 +11,7 @@ from trainer.backend import open_backend
 from trainer.data import Batch
 from trainer.engine import CpuEngine
 from trainer.gpu import _loss
-from trainer.losses import masked_sums, token_losses, vocab_parallel_terms
+from trainer.losses import masked_sums, token_losses
 
 VOCAB = 128
 
@@ -75,29 +75,15 @@ def test_training_with_z_loss_keeps_the_normaliser_small():
     assert math.isfinite(z_loss) and z_loss < math.log(VOCAB)   # and the model still learns the batch
 
 
-def _tp_rank_terms(rank: int, port: int, out: str) -> None:
-    """One of two tensor-parallel ranks: its half of the vocabulary's logits, its (ce, log Z) and their gradient."""
-    import os
-
-    os.environ.update(RANK=str(rank), WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    cfg = tiny_config("parallel.tp=2")
-    with open_backend(cfg):
-        logits = torch.randn(2, 7, VOCAB, generator=torch.Generator().manual_seed(3)) * 4
-        labels = torch.randint(0, VOCAB, (2, 7), generator=torch.Generator().manual_seed(4))
-        half = logits[..., rank * VOCAB // 2:(rank + 1) * VOCAB // 2].clone().requires_grad_()
-        ce, log_z = vocab_parallel_terms(half, labels)
-        (ce + 1e-2 * log_z.square()).sum().backward()
-        torch.save({"ce": ce.detach(), "log_z": log_z.detach(), "grad": half.grad}, f"{out}/rank{rank}.pt")
-
-
 def test_tensor_parallel_ranks_compute_the_terms_from_their_vocabulary_slices(tmp_path):
     """At tp=2 each rank holds half the logits; the reductions give the whole vocabulary's cross entropy and
     log Z on both ranks, and each rank's gradient is its slice of the whole one."""
     from trainer.backend import _free_port
+    from zloss_ranks import full_logits, rank_terms
 
-    torch.multiprocessing.spawn(_tp_rank_terms, args=(_free_port(), str(tmp_path)), nprocs=2)
-    logits = (torch.randn(2, 7, VOCAB, generator=torch.Generator().manual_seed(3)) * 4).requires_grad_()
-    labels = torch.randint(0, VOCAB, (2, 7), generator=torch.Generator().manual_seed(4))
+    torch.multiprocessing.spawn(rank_terms, args=(_free_port(), str(tmp_path), VOCAB), nprocs=2)
+    logits, labels = full_logits(VOCAB)
+    logits.requires_grad_()
     ce = F.cross_entropy(logits.reshape(-1, VOCAB), labels.reshape(-1), reduction="none").view(2, 7)
     log_z = torch.logsumexp(logits, -1)
     (ce + 1e-2 * log_z.square()).sum().backward()
