@@ -207,33 +207,23 @@ def start_local_web(replays: list[str], env: dict, log: Path, timeout_s: int, js
 def run_stages_together(commands: dict[str, list[str]], env: dict, logs: Path, cfg: DemoConfig) -> list[StageRun]:
     """Independent stages side by side (each mostly waits on a JVM or a child process); the first failure is
     raised once all have ended, so no stage is left running behind the demo."""
-    from concurrent.futures import ThreadPoolExecutor, wait
+    from concurrent.futures import ThreadPoolExecutor
 
-    running: list[subprocess.Popen] = []
     with ThreadPoolExecutor(max_workers=len(commands)) as pool:
-        futures = {name: pool.submit(run_stage, name, cmd, env, logs, cfg, running) for name, cmd in commands.items()}
-        try:
-            wait(futures.values())
-        except KeyboardInterrupt:   # Ctrl-C reaches this thread only: stop the stages the others wait on
-            for proc in running:
-                stop(proc)
-            raise
+        futures = {name: pool.submit(run_stage, name, cmd, env, logs, cfg) for name, cmd in commands.items()}
     failed = [f.exception() for f in futures.values() if f.exception() is not None]
     if failed:
         raise failed[0]
     return [f.result() for f in futures.values()]
 
 
-def run_stage(name: str, cmd: list[str], env: dict, logs: Path, cfg: DemoConfig,
-              running: list[subprocess.Popen] | None = None) -> StageRun:
+def run_stage(name: str, cmd: list[str], env: dict, logs: Path, cfg: DemoConfig) -> StageRun:
     log_path = logs / f"{name}.log"
     print(f"[demo] {name}: {' '.join(cmd[:6])}{' ...' if len(cmd) > 6 else ''}  (log: {log_path})", flush=True)
     started = time.time()
     with log_path.open("w") as log:
         proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                 text=True, errors="replace", start_new_session=True)
-        if running is not None:
-            running.append(proc)
         watchdog = threading.Timer(cfg.stage_timeout_s, stop, [proc])
         watchdog.start()
         try:
