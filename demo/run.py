@@ -95,22 +95,22 @@ def run_demo(cfg: DemoConfig, paths: Paths) -> dict:
     if quality_models(cfg):
         stages.append(run_stage("jobs.silver", pipeline + ["--only", "ingest", "--only", "extract", "--only", "quality"],
                                 env, logs, cfg))
-        stages += run_stages_together({
-            "models.kenlm": [sys.executable, "-m", "jobs.quality.train_kenlm", "--cutoff-corpus", "table:silver.quality",
-                             "-o", f"quality.scorers.perplexity.train.vocab_size={cfg.kenlm_vocab_size}"],
-            "models.quality_classifier": [sys.executable, "-m", "jobs.quality.train_classifier"]}, env, logs, cfg)
+        stages.append(run_stage("models.kenlm", [
+            sys.executable, "-m", "jobs.quality.train_kenlm", "--cutoff-corpus", "table:silver.quality",
+            "-o", f"quality.scorers.perplexity.train.vocab_size={cfg.kenlm_vocab_size}"], env, logs, cfg))
+        stages.append(run_stage("models.quality_classifier", [sys.executable, "-m", "jobs.quality.train_classifier"],
+                                env, logs, cfg))
         pipeline += ["--from", "quality", "-o", "quality.scorers.perplexity.enabled=true",
                      "-o", "quality.scorers.quality_classifier.enabled=true"]
     stages.append(run_stage("jobs", pipeline, env, logs, cfg))
     stages += pipeline_stage_times(paths)
-    # training reads the shards, the per-stage report (funnel, drop reasons, retention, signal histograms:
-    # <lake>/_report/report.html) reads the tables: neither waits for the other
-    stages += run_stages_together({"train": [sys.executable, "-m", "trainer.train"],
-                                   "report": spark_submit + [str(ROOT / "jobs" / "report.py")]}, env, logs, cfg)
+    stages.append(run_stage("train", [sys.executable, "-m", "trainer.train"], env, logs, cfg))
     checkpoint = json.loads(storage.read_text(storage.join(paths.train_dir, "result.json")))["checkpoint"]
     seen = str(Path(paths.local) / "demo" / "documents_seen.jsonl")
     stages.append(run_stage("provenance", [sys.executable, "-m", "trainer.provenance", checkpoint, "--out", seen],
                             env, logs, cfg))
+    # the per-stage report (funnel, drop reasons, retention, signal histograms): <lake>/_report/report.html
+    stages.append(run_stage("report", spark_submit + [str(ROOT / "jobs" / "report.py")], env, logs, cfg))
 
     summary = build_summary(paths, {s.name: round(s.seconds, 1) for s in stages}, time.time() - started, seen)
     text = json.dumps(summary, indent=2, sort_keys=True) + "\n"
@@ -202,19 +202,6 @@ def start_local_web(replays: list[str], env: dict, log: Path, timeout_s: int, js
             return ready
     stop(proc)
     raise StageFailed(f"the local web did not start within {timeout_s} s (last output {line!r}); see {log}")
-
-
-def run_stages_together(commands: dict[str, list[str]], env: dict, logs: Path, cfg: DemoConfig) -> list[StageRun]:
-    """Independent stages side by side (each mostly waits on a JVM or a child process); the first failure is
-    raised once all have ended, so no stage is left running behind the demo."""
-    from concurrent.futures import ThreadPoolExecutor
-
-    with ThreadPoolExecutor(max_workers=len(commands)) as pool:
-        futures = {name: pool.submit(run_stage, name, cmd, env, logs, cfg) for name, cmd in commands.items()}
-    failed = [f.exception() for f in futures.values() if f.exception() is not None]
-    if failed:
-        raise failed[0]
-    return [f.result() for f in futures.values()]
 
 
 def run_stage(name: str, cmd: list[str], env: dict, logs: Path, cfg: DemoConfig) -> StageRun:
