@@ -18,14 +18,12 @@ from conftest import PAGES, write_warc
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def start_pipeline(var: Path, master: str) -> tuple[subprocess.Popen, object]:
-    """The pipeline in a process of its own, and the file its output goes to."""
+def run_pipeline(var: Path, master: str) -> subprocess.CompletedProcess:
     args = [sys.executable, "-m", "jobs.pipeline", "--master", master, "-p", f"var={var}",
             "-o", "tokenize.vocab_size=400", "-o", "export.target_tokens_per_shard=400",
             "-o", "quality.mode=flag", "-o", "dedup.paragraphs.mode=flag"]  # the fixture pages repeat one sentence shape: flagged, not dropped
     env = dict(os.environ, PYTHONPATH=str(ROOT), SPARK_LOCAL_IP="127.0.0.1")
-    log = open(var.parent / f"{var.name}.log", "w+")
-    return subprocess.Popen(args, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT), log
+    return subprocess.run(args, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
 
 
 def tables(var: Path) -> dict:
@@ -42,22 +40,13 @@ def tables(var: Path) -> dict:
 def test_local_cluster_run_equals_the_local_run(tmp_path):
     crawl = tmp_path / "crawl.warc.gz"
     write_warc(crawl, PAGES)  # once: record ids (hence doc_ids) are random per write
-    started = {}
+    runs = {}
     for master in ("local-cluster[2,1,1024]", "local[2]"):
         var = tmp_path / master.split("[")[0]
         (var / "warc").mkdir(parents=True)
         (var / "warc" / crawl.name).write_bytes(crawl.read_bytes())
-        started[master] = (var, start_pipeline(var, master))
-    # both at once: each run spends most of its time starting JVMs and committing small Delta versions, so
-    # side by side they take little more than one, and neither shares anything with the other but the WARC bytes
-    runs = {}
-    for master, (var, (proc, log)) in started.items():
-        try:
-            proc.wait(timeout=900)
-        finally:
-            proc.kill()
-        log.seek(0)
-        assert proc.returncode == 0, f"{master}:\n{log.read()[-6000:]}"
+        proc = run_pipeline(var, master)
+        assert proc.returncode == 0, f"{master}:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
         state = json.loads((var / "lake" / "_pipeline" / "state.json").read_text())
         assert [s["status"] for s in state["stages"].values()] == ["ok"] * 6
         manifest = json.loads((var / "shards" / "manifest.json").read_text())
