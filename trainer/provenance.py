@@ -21,7 +21,7 @@ import sys
 import tempfile
 from collections import Counter
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Callable, Iterator
 from urllib.parse import urlsplit
@@ -117,14 +117,14 @@ def _recomputation(checkpoint: str, cache_dir: str | None) -> Iterator[Recompute
     depend on neither)."""
     from conf import build
     from trainer.backend import open_backend
-    from trainer.config import TrainerConfig
+    from trainer.config import ParallelConfig, TrainerConfig
     from trainer.data import build_datasets, global_batch_indices, lineage_record
     from trainer.stability import batch_index
 
     cache = lambda: cache_dir or load_paths().cache_dir   # noqa: E731  (read only when something is remote)
     payload = _read_checkpoint(checkpoint, cache)
     meta, progress = payload["meta"], payload["progress"]
-    one_process = {"tp": 1, "pp": 1, "vp": 1, "cp": 1, "dp": 1}
+    one_process = {f.name: 1 for f in fields(ParallelConfig)}   # every degree, present and future
     cfg = build(TrainerConfig, _current_keys(meta["config"]) | {"backend": "cpu", "parallel": one_process})
     location = meta["manifest_path"]
     manifest = (open_manifest(location, cache(), attempts=1, verify=False) if is_uri(location)
