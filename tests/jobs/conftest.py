@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import io
+import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -178,3 +179,71 @@ def pipeline(spark, crawl, tmp_path_factory) -> Pipeline:
     run.metrics["tokenize"] = TokenizeJob().run(run.args())
     run.metrics["export"] = ExportJob().run(run.args())
     return run
+
+
+# -- jobs.pipeline, whole -----------------------------------------------------------------------------
+PIPELINE_TABLES = ("bronze/pages", "silver/documents", "silver/signals", "silver/quality", "silver/deduped",
+                   "gold/tokens")
+
+
+def pipeline_options(var: Path, warc_dir: Path) -> list[str]:
+    """`jobs.pipeline` arguments for the fixture crawl.  Flag, not drop: the fixture's pages repeat one sentence
+    shape (Gopher repetition would drop them all, and dedup's paragraph pass, digits folded, would leave each
+    under its minimum length)."""
+    return ["-o", f"paths.var={var}", "-p", f"warc_dir={warc_dir}", "-o", "quality.mode=flag",
+            "-o", "dedup.paragraphs.mode=flag", "-o", "tokenize.vocab_size=400",
+            "-o", "export.target_tokens_per_shard=400"]
+
+
+@dataclass
+class Snapshot:
+    code: int
+    out: str
+    err: str
+    state: dict
+    metrics: dict       # stage -> bytes of <lake>/_metrics/<stage>.json
+    versions: dict      # table -> Delta version
+    manifest: dict | None
+
+
+@dataclass
+class Runs:
+    lake: Path
+    failed: Snapshot
+    resumed: Snapshot
+    again: Snapshot
+
+
+def run_pipeline(lake: Path, shards: Path, argv: list[str]) -> Snapshot:
+    """`jobs.pipeline` in this process (the tests' Spark session), and what it left behind."""
+    import contextlib
+
+    from deltalake import DeltaTable
+
+    from jobs.pipeline import STAGE_NAMES, main
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main(argv)
+    metrics = {name: (lake / "_metrics" / f"{name}.json").read_bytes() for name in STAGE_NAMES
+               if (lake / "_metrics" / f"{name}.json").exists()}
+    versions = {t: DeltaTable(str(lake / t)).version() for t in PIPELINE_TABLES if (lake / t / "_delta_log").exists()}
+    manifest = json.loads((shards / "manifest.json").read_text()) if (shards / "manifest.json").exists() else None
+    state = json.loads((lake / "_pipeline" / "state.json").read_text())
+    return Snapshot(code, out.getvalue(), err.getvalue(), state, metrics, versions, manifest)
+
+
+@pytest.fixture(scope="session")
+def pipeline_runs(spark, crawl, tmp_path_factory) -> Runs:
+    """Three `jobs.pipeline` runs on the fixture crawl: one whose tokenize stage cannot write its model, then
+    `--resume` with that fixed, then `--only export` again.  Its final lake is also the in-process reference
+    that the local-cluster run must equal."""
+    var = tmp_path_factory.mktemp("pipeline-run")
+    blocker = var / "blocker"
+    blocker.write_text("a file where the tokenizer folder should be\n")
+    common = pipeline_options(var, crawl.warc_dir) + ["-o", "extract.sandbox=false"]
+    lake, shards = var / "lake", var / "shards"
+    failed = run_pipeline(lake, shards, common + ["-p", f"tokenizer_dir={blocker}/tokenizer"])
+    resumed = run_pipeline(lake, shards, common + ["--resume"])
+    again = run_pipeline(lake, shards, common + ["--only", "export"])
+    return Runs(lake, failed, resumed, again)

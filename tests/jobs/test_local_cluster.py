@@ -13,15 +13,14 @@ from pathlib import Path
 
 from deltalake import DeltaTable
 
-from conftest import PAGES, write_warc
+from conftest import pipeline_options
 
 ROOT = Path(__file__).resolve().parents[2]
+MASTER = "local-cluster[2,1,1024]"
 
 
-def run_pipeline(var: Path, master: str) -> subprocess.CompletedProcess:
-    args = [sys.executable, "-m", "jobs.pipeline", "--master", master, "-p", f"var={var}",
-            "-o", "tokenize.vocab_size=400", "-o", "export.target_tokens_per_shard=400",
-            "-o", "quality.mode=flag", "-o", "dedup.paragraphs.mode=flag"]  # the fixture pages repeat one sentence shape: flagged, not dropped
+def run_on_local_cluster(var: Path, warc_dir: Path) -> subprocess.CompletedProcess:
+    args = [sys.executable, "-m", "jobs.pipeline", "--master", MASTER, *pipeline_options(var, warc_dir)]
     env = dict(os.environ, PYTHONPATH=str(ROOT), SPARK_LOCAL_IP="127.0.0.1")
     return subprocess.run(args, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
 
@@ -37,21 +36,20 @@ def tables(var: Path) -> dict:
     return out
 
 
-def test_local_cluster_run_equals_the_local_run(tmp_path):
-    crawl = tmp_path / "crawl.warc.gz"
-    write_warc(crawl, PAGES)  # once: record ids (hence doc_ids) are random per write
-    runs = {}
-    for master in ("local-cluster[2,1,1024]", "local[2]"):
-        var = tmp_path / master.split("[")[0]
-        (var / "warc").mkdir(parents=True)
-        (var / "warc" / crawl.name).write_bytes(crawl.read_bytes())
-        proc = run_pipeline(var, master)
-        assert proc.returncode == 0, f"{master}:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
-        state = json.loads((var / "lake" / "_pipeline" / "state.json").read_text())
-        assert [s["status"] for s in state["stages"].values()] == ["ok"] * 6
-        manifest = json.loads((var / "shards" / "manifest.json").read_text())
-        shard_bytes = {s["prefix"]: (var / "shards" / f"{s['prefix']}.bin").read_bytes() for s in manifest["shards"]}
-        runs[master] = (tables(var), manifest["totals"], shard_bytes)
-    cluster, local = runs["local-cluster[2,1,1024]"], runs["local[2]"]
+def outputs(var: Path) -> tuple:
+    manifest = json.loads((var / "shards" / "manifest.json").read_text())
+    shard_bytes = {s["prefix"]: (var / "shards" / f"{s['prefix']}.bin").read_bytes() for s in manifest["shards"]}
+    return tables(var), manifest["totals"], shard_bytes
+
+
+def test_local_cluster_run_equals_the_local_run(tmp_path, crawl, pipeline_runs):
+    """The same crawl (a damaged file included) and settings as the in-process `jobs.pipeline` runs of
+    test_pipeline.py, whose final lake (failed, resumed, export again: equal to an uninterrupted run) is the
+    reference; the cluster run extracts in the sandbox (the default), the reference without it."""
+    proc = run_on_local_cluster(tmp_path, crawl.warc_dir)
+    assert proc.returncode == 0, f"{MASTER}:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+    state = json.loads((tmp_path / "lake" / "_pipeline" / "state.json").read_text())
+    assert [s["status"] for s in state["stages"].values()] == ["ok"] * 6
+    cluster, local = outputs(tmp_path), outputs(pipeline_runs.lake.parent)
     assert cluster[0]["silver/documents"] and cluster[0] == local[0]
     assert cluster[1] == local[1] and cluster[2] == local[2]  # executors wrote byte-identical shards

@@ -1,23 +1,18 @@
 """jobs.pipeline: the four stages in order on one Spark session, a failed stage stops the run and says
 what to run next, `--resume` goes on from it without redoing the stages that finished, and a second
 run of a finished stage changes nothing."""
-import contextlib
-import io
 import json
 import os
 import re
 import subprocess
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from deltalake import DeltaTable
 
 from jobs.pipeline import STAGE_NAMES, STAGES, PipelineError, Stage, check_order, main, select_stages
 
 ROOT = Path(__file__).resolve().parents[2]
-TABLES = ("bronze/pages", "silver/documents", "silver/signals", "silver/quality", "silver/deduped", "gold/tokens")
 
 
 def test_stages_are_listed_after_what_they_read_and_name_their_jobs():
@@ -42,54 +37,9 @@ def test_from_only_and_resume_choose_stages_in_pipeline_order():
         select_stages(None, [], True, None, "state.json")
 
 
-@dataclass
-class Snapshot:
-    code: int
-    out: str
-    err: str
-    state: dict
-    metrics: dict       # stage -> bytes of <lake>/_metrics/<stage>.json
-    versions: dict      # table -> Delta version
-    manifest: dict | None
-
-
-@dataclass
-class Runs:
-    lake: Path
-    failed: Snapshot
-    resumed: Snapshot
-    again: Snapshot
-
-
-def run_pipeline(lake: Path, shards: Path, argv: list[str]) -> Snapshot:
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = main(argv)
-    metrics = {name: (lake / "_metrics" / f"{name}.json").read_bytes() for name in STAGE_NAMES
-               if (lake / "_metrics" / f"{name}.json").exists()}
-    versions = {t: DeltaTable(str(lake / t)).version() for t in TABLES if (lake / t / "_delta_log").exists()}
-    manifest = json.loads((shards / "manifest.json").read_text()) if (shards / "manifest.json").exists() else None
-    state = json.loads((lake / "_pipeline" / "state.json").read_text())
-    return Snapshot(code, out.getvalue(), err.getvalue(), state, metrics, versions, manifest)
-
-
 @pytest.fixture(scope="module")
-def runs(spark, crawl, tmp_path_factory) -> Runs:
-    """Three runs on the fixture crawl: one whose tokenize stage cannot write its model, then `--resume`
-    with that fixed, then `--only export` again."""
-    var = tmp_path_factory.mktemp("pipeline-run")
-    blocker = var / "blocker"
-    blocker.write_text("a file where the tokenizer folder should be\n")
-    # flag, not drop: the fixture's pages repeat one sentence shape (Gopher repetition would drop them all, and
-    # dedup's paragraph pass, digits folded, would leave each under its minimum length)
-    common = ["-o", f"paths.var={var}", "-p", f"warc_dir={crawl.warc_dir}", "-o", "extract.sandbox=false",
-              "-o", "quality.mode=flag", "-o", "dedup.paragraphs.mode=flag",
-              "-o", "tokenize.vocab_size=400", "-o", "export.target_tokens_per_shard=400"]
-    lake, shards = var / "lake", var / "shards"
-    failed = run_pipeline(lake, shards, common + ["-p", f"tokenizer_dir={blocker}/tokenizer"])
-    resumed = run_pipeline(lake, shards, common + ["--resume"])
-    again = run_pipeline(lake, shards, common + ["--only", "export"])
-    return Runs(lake, failed, resumed, again)
+def runs(pipeline_runs):
+    return pipeline_runs
 
 
 def summary_lines(out: str) -> list[list[str]]:
