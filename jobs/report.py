@@ -12,8 +12,10 @@ per language and host, a histogram of every numeric column of silver.signals wit
   dedup     silver.quality x dedup.documents keep/drop_reason, then paragraphs/contamination into silver.deduped
   tokenize  the tokenize input table x gold.tokens (measured tokens)
   export    gold.tokens x the manifest and gold.shard_lineage (shards, tokens, realized mix per source)
-A stage whose tables are absent is reported as "not run".  Tokens of text that was never tokenized are
-estimated from the kept documents' measured characters per token, and marked as estimates.
+The tables are read once, into one row per document with what each table says of it, and every count is
+answered by one query over those rows (jobs/report_tally.py).  A stage whose tables are absent is reported as
+"not run".  Tokens of text that was never tokenized are estimated from the kept documents' measured characters
+per token, and marked as estimates.
 """
 import os
 import sys
@@ -29,51 +31,12 @@ from datetime import datetime, timezone  # noqa: E402
 
 import storage  # noqa: E402
 from jobs.base import SparkJob  # noqa: E402
+from jobs.report_tally import Fates, Tally  # noqa: E402
 
 log = logging.getLogger("weblm.jobs.report")
 
 NOT_RUN = "not run"
 NUMERIC_TYPES = ("IntegerType", "LongType", "ShortType", "FloatType", "DoubleType", "DecimalType")
-
-
-def _delta(spark, location: str):
-    from delta.tables import DeltaTable
-
-    return spark.read.format("delta").load(location) if DeltaTable.isDeltaTable(spark, location) else None
-
-
-def _aggregates(df, chars: str | None = None, text: str | None = None, html: str | None = None,
-                tokens: str | None = None) -> list:
-    from pyspark.sql import functions as F
-
-    exprs = [F.count(F.lit(1)).alias("documents")]
-    if chars:
-        exprs.append(F.sum(chars).alias("chars"))
-    if text:
-        exprs.append(F.sum(F.octet_length(text)).alias("text_bytes"))
-    if html:
-        exprs.append(F.sum(F.length(html)).alias("html_bytes"))  # length() of a binary column counts bytes
-    if tokens:
-        exprs.append(F.sum(tokens).alias("tokens"))
-    return exprs
-
-
-def _measure(row, key: str | None = None) -> dict:
-    """One measure: documents, and whichever of chars, text_bytes, html_bytes, tokens were summed."""
-    data = row.asDict() if row is not None else {"documents": 0}
-    out = {k: int(v or 0) for k, v in data.items() if k != key}
-    if "tokens" in out:
-        out["tokens_estimated"] = False
-    return out
-
-
-def measure(df, **columns) -> dict:
-    return _measure(df.agg(*_aggregates(df, **columns)).first())
-
-
-def measure_by(df, key: str, **columns) -> dict[str, dict]:
-    rows = df.groupBy(key).agg(*_aggregates(df, **columns)).collect()
-    return {str(r[key]): _measure(r, key) for r in sorted(rows, key=lambda r: -r["documents"])}
 
 
 def _total(measures: dict[str, dict]) -> dict:
@@ -95,170 +58,222 @@ def _not_run(name: str, tables: str, why: str) -> dict:
 
 
 class Lake:
-    """The lake's tables as the report reads them; an absent table is None."""
+    """The lake's tables as the report reads them, each loaded once; an absent table is None."""
 
     def __init__(self, spark, cfg, paths) -> None:
         self.spark, self.cfg, self.paths = spark, cfg, paths
         self._cache: dict = {}
-
-    def location(self, name: str) -> str:
-        return storage.spark_uri(self.paths.table(name))
+        self.view_error: str | None = None    # why quality's filter view cannot be built, if it cannot
 
     def table(self, name: str):
-        if name not in self._cache:
-            self._cache[name] = _delta(self.spark, self.location(name))
-        return self._cache[name]
+        return self._load(self.paths.table(name))
 
     def ledger(self, job: str):
-        return _delta(self.spark, storage.spark_uri(storage.join(self.paths.lake, "_ledger", job)))
+        return self._load(storage.join(self.paths.lake, "_ledger", job))
+
+    def _load(self, path: str):
+        if path not in self._cache:
+            # a listing instead of DeltaTable.isDeltaTable: that reads the whole log, and load() reads it again
+            found = storage.exists(storage.join(path, "_delta_log"))
+            self._cache[path] = self.spark.read.format("delta").load(storage.spark_uri(path)) if found else None
+        return self._cache[path]
 
     def metrics(self, job: str) -> dict:
         path = storage.join(self.paths.lake, self.cfg.metrics_dir, f"{job}.json")
         return json.loads(storage.read_text(path)) if storage.exists(path) else {}
 
 
-# -- the stages ----------------------------------------------------------------------------------------
-def ingest_stage(lake: Lake) -> dict:
-    from pyspark.sql import functions as F
-
-    bronze = lake.table("bronze.pages")
-    if bronze is None:
-        return _not_run("ingest", "bronze.pages", "bronze.pages is absent: run python -m jobs.ingest")
-    pages = measure(bronze, html="html")
-    files = lake.table("bronze.warc_files")
-    skipped = {}
-    if files is not None:  # records ingest read but did not make pages of (request records, damaged records)
-        skipped = {r["reason"]: int(r["n"]) for r in files.select(F.explode("skips").alias("reason", "n"))
-                   .groupBy("reason").agg(F.sum("n").alias("n")).collect()}
-    statuses = {str(r["status"]): int(r["count"]) for r in bronze.groupBy("status").count().collect()}
-    return _stage("ingest", "bronze.pages", pages, pages, {}, records_skipped=skipped, http_statuses=statuses)
-
-
-def extract_stage(lake: Lake) -> dict:
-    from pyspark.sql import functions as F
-
-    bronze, documents, ledger = lake.table("bronze.pages"), lake.table("silver.documents"), lake.ledger("extract")
-    if bronze is None or documents is None or ledger is None:
-        return _not_run("extract", "bronze.pages -> silver.documents",
-                        "bronze.pages, silver.documents or _ledger/extract is absent: run python -m jobs.extract")
-    outcomes = (bronze.select("doc_id", "html").join(ledger.select("doc_id", "outcome"), "doc_id", "left")
-                .withColumn("outcome", F.coalesce("outcome", F.lit("not_processed"))))
-    by_outcome = measure_by(outcomes, "outcome", html="html")
-    by_outcome.pop("kept", None)
-    return _stage("extract", "bronze.pages -> silver.documents", measure(bronze, html="html"),
-                  measure(documents, chars="n_chars", text="text"), by_outcome)
-
-
-def quality_stage(lake: Lake) -> dict:
+def document_fates(lake: Lake) -> Fates:
+    """Every table a stage reads or writes, as fields of one row per document (built by `Fates.build`)."""
     from pyspark.sql import functions as F
 
     from jobs.quality import filters
 
+    cfg, fates = lake.cfg, Fates()
+    bronze = lake.table("bronze.pages")
+    if bronze is not None:
+        fates.add("bronze.pages", bronze, html_bytes=F.length("html"), host=F.col("host"), status=F.col("status"))
+    ledger = lake.ledger("extract")
+    if ledger is not None:
+        fates.add("_ledger/extract", ledger, outcome=F.col("outcome"))
+    for name in ("silver.documents", cfg.quality.input_table, cfg.quality.tables.output, cfg.dedup.input_table,
+                 cfg.dedup.tables.output, cfg.tokenize.input_table):
+        table = lake.table(name)
+        if table is not None:
+            fates.add(name, table, chars=F.col("n_chars"), text_bytes=F.octet_length("text"))
+    documents, signals = lake.table("silver.documents"), lake.table(cfg.quality.tables.signals)
+    if documents is not None:
+        fates.add("silver.documents", documents, host=F.col("host"), language=F.col("language"))
+    if signals is not None:
+        fates.add(cfg.quality.tables.signals, signals, language=F.col("language"),
+                  **{c: F.col(c) for c in signals.columns if c.startswith("pii_")})
+        quality_input = lake.table(cfg.quality.input_table)
+        if quality_input is not None:
+            try:
+                view = filters.filtered(quality_input.select("doc_id", "content_sha256"), signals, cfg.quality)
+                fates.add("quality_view", view, reason=F.col("drop_reason"))
+            except ValueError as exc:   # conf names a signal column this table lacks: the quality stage says so
+                lake.view_error = str(exc)
+    for name in (cfg.dedup.tables.documents, cfg.dedup.tables.contamination):
+        table = lake.table(name)
+        if table is not None:
+            fates.add(name, table, reason=F.col("drop_reason"))
+    gold, lineage = lake.table("gold.tokens"), lake.table(cfg.export.lineage_table)
+    if gold is not None:
+        fates.add("gold.tokens", gold, tokens=F.col("n_tokens"))
+    if lineage is not None:
+        fates.add(cfg.export.lineage_table, lineage)
+    fates.build()
+    return fates
+
+
+def _text(fates: Fates, name: str) -> dict:
+    """The measure columns of a text table's characters and bytes."""
+    return {"chars": fates.col(name, "chars"), "text_bytes": fates.col(name, "text_bytes")}
+
+
+# -- the stages: each asks its questions of the tally and returns how to build its entry once answered, or its
+# -- "not run" entry -----------------------------------------------------------------------------------------
+def ingest_stage(lake: Lake, fates: Fates, tally: Tally):
+    from pyspark.sql import functions as F
+
+    if not fates.has("bronze.pages"):
+        return _not_run("ingest", "bronze.pages", "bronze.pages is absent: run python -m jobs.ingest")
+    bronze = fates.present("bronze.pages")
+    pages = tally.ask(bronze, html_bytes=fates.col("bronze.pages", "html_bytes"))
+    statuses = tally.ask(bronze, key=fates.col("bronze.pages", "status"))
+    files = lake.table("bronze.warc_files")
+    # records ingest read but did not make pages of (request records, damaged records)
+    skipped = (tally.measure(files.select(F.explode("skips").alias("reason", "n")), key="reason", weight="n")
+               if files is not None else None)
+    return lambda: _stage("ingest", "bronze.pages", tally.one(pages), tally.one(pages), {},
+                          records_skipped=tally.counts(skipped) if skipped else {}, http_statuses=tally.counts(statuses))
+
+
+def extract_stage(lake: Lake, fates: Fates, tally: Tally):
+    from pyspark.sql import functions as F
+
+    if not all(fates.has(t) for t in ("bronze.pages", "silver.documents", "_ledger/extract")):
+        return _not_run("extract", "bronze.pages -> silver.documents",
+                        "bronze.pages, silver.documents or _ledger/extract is absent: run python -m jobs.extract")
+    bronze, html = fates.present("bronze.pages"), fates.col("bronze.pages", "html_bytes")
+    outcome = F.coalesce(F.col(fates.col("_ledger/extract", "outcome")), F.lit("not_processed"))
+    by_outcome = tally.ask(bronze & (outcome != "kept"), key=outcome, html_bytes=html)
+    pages = tally.ask(bronze, html_bytes=html)
+    kept = tally.ask(fates.present("silver.documents"), **_text(fates, "silver.documents"))
+    return lambda: _stage("extract", "bronze.pages -> silver.documents", tally.one(pages), tally.one(kept),
+                          tally.many(by_outcome))
+
+
+def quality_stage(lake: Lake, fates: Fates, tally: Tally):
+    from pyspark.sql import functions as F
+
     cfg = lake.cfg.quality
     tables = f"{cfg.input_table} -> {cfg.tables.signals} -> {cfg.tables.output}"
-    documents, signals, kept = lake.table(cfg.input_table), lake.table(cfg.tables.signals), lake.table(cfg.tables.output)
-    if documents is None or signals is None or kept is None:
+    if not all(fates.has(t) for t in (cfg.input_table, cfg.tables.signals, cfg.tables.output)):
         return _not_run("quality", tables, f"{cfg.tables.signals} or {cfg.tables.output} is absent: "
                         "run python -m jobs.quality.job")
-    try:
-        view = filters.filtered(documents.select("doc_id", "content_sha256"), signals, cfg)
-    except ValueError as exc:  # conf names a signal column this table lacks: say so instead of failing the report
-        return _not_run("quality", tables, f"the filter view cannot be built: {exc}")
-    decided = (documents.select("doc_id", "n_chars", "text")
-               .join(view.select("doc_id", "drop_reason", F.lit(True).alias("scored")), "doc_id", "left")
-               .withColumn("reason", F.when(F.col("scored").isNull(), F.lit("not_scored"))
-                           .otherwise(F.col("drop_reason"))))
-    reasons = measure_by(decided.where(F.col("reason").isNotNull()), "reason", chars="n_chars", text="text")
-    pii_columns = [c for c in signals.columns if c.startswith("pii_")]
-    pii, with_pii = {}, {}
-    if pii_columns:  # one pass for both: the matches per type and the documents holding any
-        row = signals.agg(*[F.sum(c).alias(f"n_{c}") for c in pii_columns],
-                          *[F.count(F.when(F.col(c) > 0, 1)).alias(f"d_{c}") for c in pii_columns]).first()
-        pii = {c.removeprefix("pii_"): int(row[f"n_{c}"] or 0) for c in pii_columns}
-        with_pii = {c.removeprefix("pii_"): int(row[f"d_{c}"] or 0) for c in pii_columns}
-    flagged = {}
-    if cfg.mode == "flag":  # nothing leaves the table: the reasons are flags, not drops
-        flagged, reasons = {k: v for k, v in reasons.items() if k != "not_scored"}, {
-            k: v for k, v in reasons.items() if k == "not_scored"}
-    return _stage("quality", tables, measure(documents, chars="n_chars", text="text"),
-                  measure(kept, chars="n_chars", text="text"), reasons, filter_mode=cfg.mode, flagged=flagged,
-                  pii_found=pii, documents_with_pii=with_pii)
+    if lake.view_error:
+        return _not_run("quality", tables, f"the filter view cannot be built: {lake.view_error}")
+    documents, text = fates.present(cfg.input_table), _text(fates, cfg.input_table)
+    # not scored: the document's current text has no signals (the view joins on the text's hash too)
+    reason = F.when(~fates.present("quality_view"), F.lit("not_scored")).otherwise(
+        F.col(fates.col("quality_view", "reason")))
+    reasons = tally.ask(documents & reason.isNotNull(), key=reason, **text)
+    signals = fates.present(cfg.tables.signals)
+    types = [c.removeprefix("pii_") for c in lake.table(cfg.tables.signals).columns if c.startswith("pii_")]
+    pii = {t: (tally.ask(signals, weight=fates.col(cfg.tables.signals, f"pii_{t}")),
+               tally.ask(signals & (F.col(fates.col(cfg.tables.signals, f"pii_{t}")) > 0))) for t in types}
+    stage_input = tally.ask(documents, **text)
+    stage_kept = tally.ask(fates.present(cfg.tables.output), **_text(fates, cfg.tables.output))
+
+    def finish() -> dict:
+        dropped, flagged = tally.many(reasons), {}
+        if cfg.mode == "flag":  # nothing leaves the table: the reasons are flags, not drops
+            flagged = {k: v for k, v in dropped.items() if k != "not_scored"}
+            dropped = {k: v for k, v in dropped.items() if k == "not_scored"}
+        return _stage("quality", tables, tally.one(stage_input), tally.one(stage_kept), dropped, filter_mode=cfg.mode,
+                      flagged=flagged, pii_found={t: tally.one(q)["documents"] for t, (q, _) in pii.items()},
+                      documents_with_pii={t: tally.one(q)["documents"] for t, (_, q) in pii.items()})
+    return finish
 
 
-def dedup_stage(lake: Lake) -> dict:
+def dedup_stage(lake: Lake, fates: Fates, tally: Tally):
     from pyspark.sql import functions as F
 
     cfg = lake.cfg.dedup
     tables = f"{cfg.input_table} -> {cfg.tables.documents} -> {cfg.tables.output}"
-    source, decision, out = lake.table(cfg.input_table), lake.table(cfg.tables.documents), lake.table(cfg.tables.output)
-    if source is None or decision is None or out is None:
+    if not all(fates.has(t) for t in (cfg.input_table, cfg.tables.documents, cfg.tables.output)):
         return _not_run("dedup", tables, f"{cfg.tables.documents} or {cfg.tables.output} is absent: "
                         "run python -m jobs.dedup.job")
-    docs = source.select("doc_id", "n_chars", "text")
-    decided = docs.join(decision.select("doc_id", "drop_reason"), "doc_id", "left")
-    reasons = measure_by(decided.where(F.col("drop_reason").isNotNull()), "drop_reason", chars="n_chars", text="text")
-    # kept by the decision, absent from the output: the paragraph pass left it too short, or contamination dropped it
-    later = decided.where(F.col("drop_reason").isNull()).join(out.select("doc_id"), "doc_id", "left_anti")
-    contaminated = lake.table(cfg.tables.contamination)
-    if contaminated is not None:
-        later = later.join(contaminated.select("doc_id", F.col("drop_reason").alias("why")), "doc_id", "left")
-    else:
-        later = later.withColumn("why", F.lit(None).cast("string"))
-    later = later.withColumn("why", F.coalesce("why", F.lit("too_short_after_paragraphs")))
-    reasons.update(measure_by(later, "why", chars="n_chars", text="text"))
-    not_decided = decided.where(F.col("drop_reason").isNull()).join(decision.select("doc_id"), "doc_id", "left_anti")
-    kept = measure(out, chars="n_chars", text="text")
-    survivors_before = decided.where(F.col("drop_reason").isNull()).join(out.select("doc_id"), "doc_id", "left_semi")
-    cut = max(0, (measure(survivors_before, chars="n_chars").get("chars", 0)) - kept.get("chars", 0))
-    clusters = decision.groupBy("cluster_id").agg(F.count(F.lit(1)).alias("size"))
-    sizes = {int(r["size"]): int(r["count"]) for r in clusters.groupBy("size").count().collect()}
-    return _stage("dedup", tables, measure(source, chars="n_chars", text="text"), kept, reasons,
-                  not_decided=int(not_decided.count()), chars_cut_from_kept=cut,
-                  cluster_sizes=dict(sorted(sizes.items())),
-                  largest_clusters=[r.asDict() for r in clusters.orderBy(F.desc("size"), "cluster_id").limit(5).collect()])
+    source, text = fates.present(cfg.input_table), _text(fates, cfg.input_table)
+    decision = F.col(fates.col(cfg.tables.documents, "reason"))
+    reasons = tally.ask(source & decision.isNotNull(), key=decision, **text)
+    # kept by the decision (or never decided), absent from the output: the paragraph pass left it too short, or
+    # contamination dropped it
+    survivor, in_out = source & decision.isNull(), fates.present(cfg.tables.output)
+    why = (F.col(fates.col(cfg.tables.contamination, "reason")) if fates.has(cfg.tables.contamination)
+           else F.lit(None).cast("string"))
+    later = tally.ask(survivor & ~in_out, key=F.coalesce(why, F.lit("too_short_after_paragraphs")), **text)
+    not_decided = tally.ask(survivor & ~fates.present(cfg.tables.documents))
+    kept = tally.ask(in_out, **_text(fates, cfg.tables.output))
+    stage_input = tally.ask(source, **text)
+    survivors_before = tally.ask(survivor & in_out, chars=text["chars"])
+    clusters = lake.table(cfg.tables.documents).groupBy("cluster_id").agg(F.count(F.lit(1)).alias("size"))
+    sizes = tally.measure(clusters, key="size")
+
+    def finish() -> dict:
+        dropped = tally.many(reasons)
+        dropped.update(tally.many(later))
+        largest = [r.asDict() for r in clusters.orderBy(F.desc("size"), "cluster_id").limit(5).collect()]
+        return _stage("dedup", tables, tally.one(stage_input), tally.one(kept), dropped,
+                      not_decided=tally.one(not_decided)["documents"],
+                      chars_cut_from_kept=max(0, tally.one(survivors_before)["chars"] - tally.one(kept)["chars"]),
+                      cluster_sizes=dict(sorted((int(k), v) for k, v in tally.counts(sizes).items())),
+                      largest_clusters=largest)
+    return finish
 
 
-def tokenize_stage(lake: Lake) -> dict:
+def tokenize_stage(lake: Lake, fates: Fates, tally: Tally):
     from pyspark.sql import functions as F
 
     name = lake.cfg.tokenize.input_table
-    source, gold = lake.table(name), lake.table("gold.tokens")
-    if source is None or gold is None:
+    if not (fates.has(name) and fates.has("gold.tokens")):
         return _not_run("tokenize", f"{name} -> gold.tokens", "gold.tokens is absent: run python -m jobs.tokens")
-    docs = source.select("doc_id", "n_chars", "text")
-    tokens = gold.select("doc_id", "n_tokens")
-    kept = measure(docs.join(tokens, "doc_id"), chars="n_chars", text="text", tokens="n_tokens")
-    missing = docs.join(tokens, "doc_id", "left_anti").withColumn("reason", F.lit("not_tokenized"))
-    dropped = measure_by(missing, "reason", chars="n_chars", text="text")
-    stale = int(tokens.join(docs, "doc_id", "left_anti").count())
-    return _stage("tokenize", f"{name} -> gold.tokens", measure(docs, chars="n_chars", text="text"), kept, dropped,
-                  gold_rows_not_in_input=stale)
+    source, gold, text = fates.present(name), fates.present("gold.tokens"), _text(fates, name)
+    kept = tally.ask(source & gold, **text, tokens=fates.col("gold.tokens", "tokens"))
+    dropped = tally.ask(source & ~gold, key=F.lit("not_tokenized"), **text)
+    stale = tally.ask(gold & ~source)
+    stage_input = tally.ask(source, **text)
+    return lambda: _stage("tokenize", f"{name} -> gold.tokens", tally.one(stage_input), tally.one(kept),
+                          tally.many(dropped), gold_rows_not_in_input=tally.one(stale)["documents"])
 
 
-def export_stage(lake: Lake) -> dict:
+def export_stage(lake: Lake, fates: Fates, tally: Tally):
     from pyspark.sql import functions as F
 
-    gold = lake.table("gold.tokens")
     manifest_path = storage.join(lake.paths.shards_dir, "manifest.json")
     tables = "gold.tokens -> shards + manifest.json"
-    if gold is None or not storage.exists(manifest_path):
+    if not fates.has("gold.tokens") or not storage.exists(manifest_path):
         return _not_run("export", tables, f"{manifest_path} is absent: run python -m jobs.export")
     manifest = json.loads(storage.read_text(manifest_path))
-    lineage = lake.table(lake.cfg.export.lineage_table)
-    tokens = gold.select("doc_id", "n_tokens")
-    input_ = measure(tokens, tokens="n_tokens")
-    if lineage is not None:
-        exported = tokens.join(lineage.select("doc_id").distinct(), "doc_id", "left_semi")
-        left_out = (tokens.join(lineage.select("doc_id").distinct(), "doc_id", "left_anti")
-                    .withColumn("reason", F.lit("not_in_mix")))
-        kept, dropped = measure(exported, tokens="n_tokens"), measure_by(left_out, "reason", tokens="n_tokens")
-    else:
-        kept, dropped = dict(input_), {}
+    gold, tokens = fates.present("gold.tokens"), fates.col("gold.tokens", "tokens")
+    stage_input = tally.ask(gold, tokens=tokens)
+    kept = left_out = None
+    lineage = lake.cfg.export.lineage_table
+    if fates.has(lineage):
+        kept = tally.ask(gold & fates.present(lineage), tokens=tokens)
+        left_out = tally.ask(gold & ~fates.present(lineage), key=F.lit("not_in_mix"), tokens=tokens)
     totals = manifest.get("totals", {})
-    return _stage("export", tables, input_, kept, dropped, manifest=manifest_path,
-                  shards=len(manifest.get("shards", [])), sequences=int(totals.get("documents", 0)),
-                  shard_tokens=int(totals.get("tokens", 0)), mix=manifest.get("mix", {}).get("name"),
-                  realized_mix=realized_mix(manifest.get("mix", {})))
+
+    def finish() -> dict:
+        input_ = tally.one(stage_input)
+        return _stage("export", tables, input_, tally.one(kept) if kept else dict(input_),
+                      tally.many(left_out) if left_out else {}, manifest=manifest_path,
+                      shards=len(manifest.get("shards", [])), sequences=int(totals.get("documents", 0)),
+                      shard_tokens=int(totals.get("tokens", 0)), mix=manifest.get("mix", {}).get("name"),
+                      realized_mix=realized_mix(manifest.get("mix", {})))
+    return finish
 
 
 def realized_mix(mix: dict) -> dict:
@@ -292,14 +307,11 @@ def estimate_tokens(stages: dict, ratio: float | None) -> None:
                 m["tokens"], m["tokens_estimated"] = round(m["chars"] / ratio), True
 
 
-def final_text(lake: Lake, stages: dict) -> tuple[str | None, object]:
+def final_text(lake: Lake, ran: dict[str, bool]) -> str | None:
     """The last text table a stage that ran wrote: what the run keeps for training."""
     outputs = {"extract": "silver.documents", "quality": lake.cfg.quality.tables.output,
                "dedup": lake.cfg.dedup.tables.output}
-    for name in ("dedup", "quality", "extract"):
-        if stages[name]["status"] == "ok":
-            return outputs[name], lake.table(outputs[name])
-    return None, None
+    return next((outputs[name] for name in ("dedup", "quality", "extract") if ran[name]), None)
 
 
 def overall(lake: Lake, stages: dict, final_name: str | None) -> dict:
@@ -321,55 +333,57 @@ def overall(lake: Lake, stages: dict, final_name: str | None) -> dict:
     return out
 
 
-def retention(lake: Lake, final) -> dict:
+def retention(lake: Lake, fates: Fates, final: str | None, tally: Tally):
     """Per language and per host (top N from conf): extracted documents/characters against what is kept."""
     from pyspark.sql import functions as F
 
-    documents = lake.table("silver.documents")
-    if documents is None or final is None:
-        return {"languages": [], "hosts": []}
-    signals = lake.table(lake.cfg.quality.tables.signals)
-    language = (signals.select("doc_id", "language") if signals is not None
-                else documents.select("doc_id", "language"))
-    extracted = documents.select("doc_id", "host", "n_chars").join(language, "doc_id", "left").fillna(
-        {"language": "und"})
-    kept = final.select("doc_id", F.col("n_chars").alias("kept_chars"), F.lit(1).alias("kept"))
-    joined = extracted.join(kept, "doc_id", "left")
+    if not fates.has("silver.documents") or final is None:
+        return lambda: {"languages": [], "hosts": []}
+    signals = lake.cfg.quality.tables.signals
+    language = fates.col(signals, "language") if fates.has(signals) else fates.col("silver.documents", "language")
+    keys = {"language": F.coalesce(F.col(language), F.lit("und")), "host": F.col(fates.col("silver.documents", "host"))}
+    extracted, kept = fates.present("silver.documents"), fates.present(final)
+    questions = {name: (tally.ask(extracted, key=key, chars=fates.col("silver.documents", "chars")),
+                        tally.ask(extracted & kept, key=key, chars=fates.col(final, "chars")))
+                 for name, key in keys.items()}
+    pages = (tally.ask(fates.present("bronze.pages"), key=fates.col("bronze.pages", "host"))
+             if fates.has("bronze.pages") else None)
 
-    def table(key: str, top: int, pages=None) -> list[dict]:
-        rows = joined.groupBy(key).agg(F.count(F.lit(1)).alias("documents"), F.sum("n_chars").alias("chars"),
-                                       F.sum(F.coalesce("kept", F.lit(0))).alias("documents_kept"),
-                                       F.sum(F.coalesce("kept_chars", F.lit(0))).alias("chars_kept"))
-        if pages is not None:
-            rows = pages.join(rows, key, "left").fillna(0)
+    def table(key: str, top: int, pages: dict | None = None) -> list[dict]:
+        every, kept = (tally.many(q) for q in questions[key])
+        rows = [{key: k, **({"pages": pages[k]} if pages is not None else {}),
+                 "documents": every.get(k, {}).get("documents", 0), "chars": every.get(k, {}).get("chars", 0),
+                 "documents_kept": kept.get(k, {}).get("documents", 0), "chars_kept": kept.get(k, {}).get("chars", 0)}
+                for k in (pages if pages is not None else every)]
         order = "pages" if pages is not None else "chars"
-        out = [{k: (v if isinstance(v, str) else int(v or 0)) for k, v in r.asDict().items()}
-               for r in rows.orderBy(F.desc(order), key).collect()]
-        head, rest = out[:top], out[top:]
+        rows.sort(key=lambda r: (-r[order], r[key]))
+        head, rest = rows[:top], rows[top:]
         if rest:
             head.append({key: f"other ({len(rest)})", **{k: sum(r[k] for r in rest) for k in rest[0] if k != key}})
         for r in head:
             r["chars_kept_share"] = r["chars_kept"] / r["chars"] if r["chars"] else None
         return head
 
-    bronze = lake.table("bronze.pages")
-    pages = bronze.groupBy("host").agg(F.count(F.lit(1)).alias("pages")) if bronze is not None else None
-    return {"languages": table("language", lake.cfg.report.top_languages),
-            "hosts": table("host", lake.cfg.report.top_hosts, pages)}
+    return lambda: {"languages": table("language", lake.cfg.report.top_languages),
+                    "hosts": table("host", lake.cfg.report.top_hosts, tally.counts(pages) if pages else None)}
 
 
-def histograms(lake: Lake) -> dict:
+def histograms(lake: Lake, fates: Fates, tally: Tally):
     """A histogram of every numeric column of silver.signals over a seeded sample, with its filter thresholds."""
+    name = lake.cfg.quality.tables.signals
+    if not fates.has(name):
+        return dict
+    rows = tally.ask(fates.present(name))
+    return lambda: signal_histograms(lake, lake.table(name), tally.one(rows)["documents"])
+
+
+def signal_histograms(lake: Lake, signals, rows: int) -> dict:
     import numpy as np
 
     from jobs.quality import filters
 
     cfg = lake.cfg.quality
-    signals = lake.table(cfg.tables.signals)
-    if signals is None:
-        return {}
     columns = [f.name for f in signals.schema.fields if type(f.dataType).__name__ in NUMERIC_TYPES]
-    rows = signals.count()
     cap = lake.cfg.report.histogram_max_rows
     sample = signals.sample(False, min(1.0, cap / rows), seed=0) if rows > cap else signals
     data = sample.select(*columns).toPandas()
@@ -396,16 +410,23 @@ def histograms(lake: Lake) -> dict:
 def collect(spark, cfg, paths) -> dict:
     """Every number of the report, as one JSON-able dict (the notebook and the command share it)."""
     lake = Lake(spark, cfg, paths)
-    stages = {}
-    for name, reader in STAGE_READERS:
-        stages[name] = reader(lake)
-        log.info("report: %s %s", name, stages[name]["status"])
+    fates = document_fates(lake)
+    tally = Tally(fates)
+    try:
+        pending = {name: reader(lake, fates, tally) for name, reader in STAGE_READERS}   # a builder, or "not run"
+        final_name = final_text(lake, {name: callable(p) for name, p in pending.items()})
+        kept_per_key, signal_histograms_of = retention(lake, fates, final_name, tally), histograms(lake, fates, tally)
+        tally.run()
+        stages = {name: p() if callable(p) else p for name, p in pending.items()}
+    finally:
+        fates.release()
+    for name, stage in stages.items():
+        log.info("report: %s %s", name, stage["status"])
     ratio = chars_per_token(stages)
     estimate_tokens(stages, ratio)
-    final_name, final = final_text(lake, stages)
     return {"generated": datetime.now(timezone.utc).isoformat(timespec="seconds"), "lake": paths.lake,
             "chars_per_token": ratio, "stages": list(stages.values()), "overall": overall(lake, stages, final_name),
-            "retention": retention(lake, final), "signal_histograms": histograms(lake)}
+            "retention": kept_per_key(), "signal_histograms": signal_histograms_of()}
 
 
 def write(report: dict, out_html: str) -> tuple[str, str]:
