@@ -372,7 +372,7 @@ def histograms(lake: Lake, fates: Fates, tally: Tally):
     """A histogram of every numeric column of silver.signals over a seeded sample, with its filter thresholds."""
     name = lake.cfg.quality.tables.signals
     if not fates.has(name):
-        return dict
+        return lambda: {}
     rows = tally.ask(fates.present(name))
     return lambda: signal_histograms(lake, lake.table(name), tally.one(rows)["documents"])
 

@@ -2,7 +2,7 @@
 
 The report asks some forty questions (documents and bytes per stage, per drop reason, per host...), most of them
 about how one table's documents fare in another.  Asked one by one, each is a join and a Spark action: planning, a
-Delta snapshot and scheduling for a few rows of answer, 3/4 of the report's time on a small lake.  Instead:
+Delta snapshot and scheduling for a few rows of answer, most of the report's time on a small lake.  Instead:
 
 - `Fates`: one row per document with what every table says about it (present or not, its characters, text
   bytes, drop reason...), built by one union and one `groupBy(doc_id)` over all the tables, and cached;
@@ -77,7 +77,7 @@ class Fates:
             pivot.append(F.max(F.when(mine, F.lit(1))).alias(tag))
             pivot += [F.max(F.when(mine, F.col(f))).alias(self.col(tag, f)) for f in fields]
         self.df = functools.reduce(DataFrame.unionByName, branches).groupBy("doc_id").agg(*pivot).cache()
-        self.df.count()   # built now, once: the tally's many branches then only read it
+        self.df.count()   # built now, once: the tally's questions then only read it
         return self.df
 
     def release(self) -> None:
