@@ -71,7 +71,7 @@ def train(positives: list[str], negatives: list[str], dest: str, settings: dict,
         try:
             model = fasttext.train_supervised(
                 input=str(train_file), lr=float(settings["lr"]), dim=int(settings["dim"]), epoch=int(settings["epoch"]),
-                wordNgrams=int(settings["word_ngrams"]), minCount=int(settings["min_count"]),
+                wordNgrams=int(settings["word_ngrams"]), minCount=int(settings["min_count"]), bucket=int(settings["bucket"]),
                 thread=int(settings["threads"]), seed=seed, verbose=0)
         except RuntimeError as exc:   # fastText diverges ("Encountered NaN") on a few tiny examples at a high rate
             raise ValueError(f"fastText training failed on {len(examples)} examples ({exc}): give more documents "
@@ -87,7 +87,7 @@ def train(positives: list[str], negatives: list[str], dest: str, settings: dict,
         model.save_model(str(model_file))
         meta = {"labels": {"positive": POSITIVE, "negative": NEGATIVE}, **sources,
                 "train_docs_per_class": len(pos_train), "heldout": metrics,
-                "settings": {k: settings[k] for k in ("lr", "dim", "epoch", "word_ngrams", "min_count", "seed")},
+                "settings": {k: settings[k] for k in ("lr", "dim", "epoch", "word_ngrams", "min_count", "bucket", "seed")},
                 "seconds": {"train": round(train_seconds, 2), "total": round(time.monotonic() - started, 2)},
                 "heldout_docs_per_s": round(len(held) / predict_seconds, 1) if predict_seconds else None,
                 "sha256": storage.sha256(str(model_file)),
