@@ -88,29 +88,28 @@ def run_demo(cfg: DemoConfig, paths: Paths) -> dict:
     if jars:
         spark_submit += ["--jars", ",".join(map(str, jars))]
     # the Spark stages as users schedule them: a resumable pipeline run (jobs/pipeline.py), one session; with the
-    # quality models, in two runs around their training: the perplexity buckets' cut-offs come from the crawl's
-    # documents in the model's language (silver.quality knows the languages), the classifier's negatives are the
-    # crawl's documents; the second run scores again with the models (signal settings changed) and goes on
+    # quality models, in two runs around their training, which reads the crawl's text (silver.documents) with
+    # delta-rs: the perplexity buckets' cut-offs come from its documents in the model's language, the classifier's
+    # negatives are its documents; the second run scores with the models and goes on
     pipeline = spark_submit + [str(ROOT / "jobs" / "pipeline.py"), "-o", "quality.scorers.toxicity.enabled=true"]
     if quality_models(cfg):
-        stages.append(run_stage("jobs.silver", pipeline + ["--only", "ingest", "--only", "extract", "--only", "quality"],
-                                env, logs, cfg))
+        stages.append(run_stage("jobs.silver", pipeline + ["--only", "ingest", "--only", "extract"], env, logs, cfg))
         stages.append(run_stage("models.kenlm", [
-            sys.executable, "-m", "jobs.quality.train_kenlm", "--cutoff-corpus", "table:silver.quality",
+            sys.executable, "-m", "jobs.quality.train_kenlm", "--cutoff-corpus", "table:silver.documents",
             "-o", f"quality.scorers.perplexity.train.vocab_size={cfg.kenlm_vocab_size}"], env, logs, cfg))
         stages.append(run_stage("models.quality_classifier", [sys.executable, "-m", "jobs.quality.train_classifier"],
                                 env, logs, cfg))
         pipeline += ["--from", "quality", "-o", "quality.scorers.perplexity.enabled=true",
                      "-o", "quality.scorers.quality_classifier.enabled=true"]
-    stages.append(run_stage("jobs", pipeline, env, logs, cfg))
+    # ... and ends with the per-stage report (funnel, drop reasons, retention, signal histograms) on its session:
+    # <lake>/_report/report.html
+    stages.append(run_stage("jobs", pipeline + ["--report"], env, logs, cfg))
     stages += pipeline_stage_times(paths)
     stages.append(run_stage("train", [sys.executable, "-m", "trainer.train"], env, logs, cfg))
     checkpoint = json.loads(storage.read_text(storage.join(paths.train_dir, "result.json")))["checkpoint"]
     seen = str(Path(paths.local) / "demo" / "documents_seen.jsonl")
     stages.append(run_stage("provenance", [sys.executable, "-m", "trainer.provenance", checkpoint, "--out", seen],
                             env, logs, cfg))
-    # the per-stage report (funnel, drop reasons, retention, signal histograms): <lake>/_report/report.html
-    stages.append(run_stage("report", spark_submit + [str(ROOT / "jobs" / "report.py")], env, logs, cfg))
 
     summary = build_summary(paths, {s.name: round(s.seconds, 1) for s in stages}, time.time() - started, seen)
     text = json.dumps(summary, indent=2, sort_keys=True) + "\n"
@@ -151,12 +150,14 @@ def quality_models(cfg: DemoConfig) -> bool:
 
 
 def pipeline_stage_times(paths: Paths) -> list[StageRun]:
-    """Each Spark stage's own time, from the pipeline's run state (`<lake>/_pipeline/state.json`)."""
+    """Each Spark stage's own time, and the report's, from the pipeline's run state (`<lake>/_pipeline/state.json`)."""
     from jobs.pipeline import STATE_FILE, load_pipeline_config
 
     state = json.loads(storage.read_text(storage.join(paths.lake, load_pipeline_config().state_dir, STATE_FILE)))
+    report = state.get("report") or {}
     return [StageRun(f"jobs.{name}", entry.get("seconds") or 0.0, entry.get("metrics") or "")
-            for name, entry in state["stages"].items()]
+            for name, entry in state["stages"].items()] + [StageRun("report", report.get("seconds") or 0.0,
+                                                                    report.get("html") or "")]
 
 
 def wipe_previous_run(paths: Paths) -> None:

@@ -1,7 +1,7 @@
 """The Spark jobs as one pipeline: ingest -> extract -> quality -> dedup -> tokenize -> export, in one process, resumable.
 
     python -m jobs.pipeline [--from STAGE | --only STAGE | --resume] [-o KEY=VALUE] [-p KEY=VALUE]
-                            [--root DIR] [--lake DIR] [--master URL] [--full]
+                            [--root DIR] [--lake DIR] [--master URL] [--full] [--report]
     spark-submit jobs/pipeline.py ...                  (the same, under spark-submit)
     weblm-pipeline ...                                 (the same, as the wheel's console script)
     python -m jobs.pipeline render --target databricks|emr|dataproc|airflow|requirements  (or --all)
@@ -11,7 +11,9 @@ deploy/ (`jobs/deploy.py` renders them) and the tests read it.  Each stage is a 
 pipeline calls its `run(argv)` with the common arguments, on one Spark session.  Every stage is
 idempotent, so running one again is safe.  The run's state (`<lake>/<state_dir>/state.json`, through
 `storage`, so s3:// works) records each stage's status, timing and metrics file; after a failed
-stage, `--resume` starts at the first stage that did not finish ok.
+stage, `--resume` starts at the first stage that did not finish ok.  `--report` writes the per-stage
+report (jobs/report.py) at the end, on the same session, whose Delta snapshots the stages already read;
+it is recorded in the state as `report`, and a failed report leaves every stage ok.
 """
 import argparse
 import importlib
@@ -188,6 +190,11 @@ class RunState:
         self.finish("failed")
         return entry
 
+    def report_ended(self, started: float, status: str, **fields) -> None:
+        self.data["report"] = {"status": status, "run_id": self.run_id, "finished": now(),
+                               "seconds": round(time.monotonic() - started, 3), **fields}
+        self.save()
+
     def finish(self, status: str, error: str | None = None) -> None:
         self.data.update(status=status, finished=now())
         if error:
@@ -230,6 +237,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                              "or for the pipeline (-o pipeline.state_dir=_pipeline)")
     parser.add_argument("-p", "--path", action="append", default=[], metavar="KEY=VALUE",
                         help="same as -o paths.KEY=VALUE")
+    parser.add_argument("--report", action="store_true", help="after the stages, write the per-stage report "
+                        "(python -m jobs.report) on the same Spark session")
     return parser.parse_args(argv)
 
 
@@ -307,13 +316,32 @@ def run(argv: Sequence[str] | None = None) -> int:
                 return 1
             entry = state.stage_ok(stage, metrics_path(job), metrics)
             print(f"[pipeline] {i}/{len(stages)} {metrics.summary()}; metrics {entry['metrics']}", flush=True)
+        reported = write_report(state, common) if args.report else True
     finally:
         if created and jobs_cfg.spark.stop_session:
             spark.stop()
     state.finish("ok")
     print(f"[pipeline] run {state.run_id} ok: {len(stages)} stage(s) in "
           f"{sum(state.data['stages'][s.name]['seconds'] for s in stages):.1f} s", flush=True)
-    return 0
+    return 0 if reported else 1
+
+
+def write_report(state: RunState, common: list[str]) -> bool:
+    """The per-stage report after the stages, on their session; a failure is recorded and said, the stages stay ok."""
+    from jobs.report import ReportJob
+
+    started = time.monotonic()
+    try:
+        metrics = ReportJob().run(common)
+    except Exception as exc:
+        state.report_ended(started, "failed", error=f"{type(exc).__name__}: {exc}"[:2000])
+        log.error("the per-stage report failed", exc_info=exc)
+        print(f"[pipeline] every stage finished ok, but the per-stage report failed: {type(exc).__name__}: {exc}\n"
+              f"[pipeline] write it alone with: python -m jobs.report {shlex.join(common)}", file=sys.stderr,
+              flush=True)
+        return False
+    state.report_ended(started, "ok", html=metrics.extra.get("html"), json=metrics.extra.get("json"))
+    return True
 
 
 def metrics_path(job) -> str | None:

@@ -4,15 +4,21 @@ A corpus is named one of two ways:
 - a path (local or URI): a file or a folder of `.jsonl`/`.json`/`.jsonl.gz`/`.json.gz` files (one JSON object
   per line with a `text` field, optionally `language`; dolma's and CCNet's dumps have this shape) and `.txt`/`.txt.gz`
   files (non-empty lines, paragraphs, grouped in order into documents of `txt_lines_per_doc` lines);
-- a Delta table of the lake, `table:silver.documents` (any table with `text` and `language` columns), read with a
-  local Spark session: the crawl's own text, e.g. the negatives of the quality classifier.
+- a Delta table of the lake, `table:silver.documents` (any table with `doc_id` and `text` columns, optionally
+  `language`), read with delta-rs on this machine: the crawl's own text, e.g. the negatives of the quality
+  classifier.  A model trains on one machine from a sample, so no Spark session (and no JVM start) is needed to
+  read it.  Where a language is asked for and a row's `language` is missing, null or `und` (silver.documents' own
+  placeholder: language ID runs in the quality stage), fastText lid.176 decides.
 
-Reading is deterministic (files in sorted order, a table ordered by `doc_id`), so a seeded sample is reproducible.
+Reading is deterministic (files in sorted order; a table's sample is the documents with the lowest seeded hash of
+their `doc_id`), so a seeded sample is reproducible.
 Lines that are not JSON or have no text are counted under `skipped`, never fatal.
 """
 from __future__ import annotations
 
 import gzip
+import hashlib
+import heapq
 import io
 import json
 import logging
@@ -23,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import Iterator
 
 import storage
+from jobs.quality import langid
 
 log = logging.getLogger("weblm.jobs.quality.corpus")
 
@@ -91,28 +98,56 @@ def _files(source: str) -> list[str]:
     return [f for f in storage.walk_files(source) if f.endswith(JSON_SUFFIXES + TEXT_SUFFIXES)]
 
 
-def _table_docs(spark, location: str, language: str | None, limit: int | None, seed: int) -> list[str]:
-    from pyspark.sql import functions as F
+def _rank(seed: int, doc_id: str) -> int:
+    """A document's place in the seeded random order of a table sample."""
+    return int.from_bytes(hashlib.blake2b(f"{seed}:{doc_id}".encode(), digest_size=8).digest(), "big")
 
-    df = spark.read.format("delta").load(location)
-    df = df.where(F.col("text").isNotNull() & (F.length("text") > 0))
-    if language and "language" in df.columns:
-        df = df.where(F.col("language") == language)
-    if limit:
-        # a seeded random sample ("random crawl"), ordered so reruns read the same documents
-        df = df.orderBy(F.xxhash64(F.lit(seed), "doc_id")).limit(limit)
-    return [row.text for row in df.select("text").collect()]
+
+def _table_docs(location: str, language: str | None, limit: int | None, seed: int, corpus: Corpus) -> list[str]:
+    """The `limit` documents of the table with the lowest seeded rank (all of them without a limit), in rank order:
+    one pass over the table's `doc_id` and `text` in Arrow batches, holding at most `limit` texts."""
+    import pyarrow.compute as pc
+    from deltalake import DeltaTable
+    from deltalake.exceptions import TableNotFoundError
+
+    try:
+        table = DeltaTable(location, storage_options=storage.object_store_options(location) or None)
+    except TableNotFoundError as exc:
+        raise FileNotFoundError(f"corpus table {location} does not exist (or is not a Delta table): run the "
+                                "pipeline stage that writes it first") from exc
+    dataset = table.to_pyarrow_dataset()
+    has_language = "language" in dataset.schema.names
+    wanted = pc.field("text").is_valid() & (pc.utf8_length(pc.field("text")) > 0)
+    if language and has_language:   # "und" (silver.documents' placeholder before language ID) or null: detect
+        wanted = wanted & ((pc.field("language") == language) | pc.field("language").is_null()
+                           | (pc.field("language") == langid.UNKNOWN))
+    columns = ["doc_id", "text"] + (["language"] if has_language else [])
+    kept: list[tuple[int, str, str]] = []   # a max-heap by rank, as (-rank, doc_id, text)
+    for batch in dataset.to_batches(columns=columns, filter=wanted):
+        known = batch.column("language").to_pylist() if has_language else [None] * batch.num_rows
+        for doc_id, text, given in zip(batch.column("doc_id").to_pylist(), batch.column("text").to_pylist(), known):
+            rank = _rank(seed, doc_id)
+            if limit and len(kept) >= limit and rank >= -kept[0][0]:
+                continue
+            if language and given != language and langid.identify([text])[0][0] != language:
+                corpus.skipped["other_language"] += 1
+                continue
+            item = (-rank, doc_id, text)
+            if limit and len(kept) >= limit:
+                heapq.heapreplace(kept, item)
+            else:
+                heapq.heappush(kept, item)
+    return [text for _, _, text in sorted(kept, reverse=True)]
 
 
 def read_corpus(source: str, *, language: str | None = None, limit: int | None = None, seed: int = 0,
-                txt_lines_per_doc: int = 20, spark=None, paths=None) -> Corpus:
+                txt_lines_per_doc: int = 20, paths=None) -> Corpus:
     """Up to `limit` documents of `source` (a path or `table:layer.name`); a random sample of them when capped."""
     corpus = Corpus(source=source)
     if source.startswith(TABLE_PREFIX):
-        if spark is None or paths is None:
-            raise ValueError(f"corpus {source} is a Delta table: it needs a Spark session and the loaded paths")
-        location = storage.spark_uri(paths.table(source[len(TABLE_PREFIX):]))
-        corpus.texts = _table_docs(spark, location, language, limit, seed)
+        if paths is None:
+            raise ValueError(f"corpus {source} is a Delta table of the lake: it needs the loaded paths")
+        corpus.texts = _table_docs(paths.table(source[len(TABLE_PREFIX):]), language, limit, seed, corpus)
         corpus.files = 1
         return corpus
     texts: list[str] = []
@@ -169,12 +204,3 @@ def resolve_source(source: str, paths) -> str:
     from conf.paths import is_uri
 
     return source if source.startswith(TABLE_PREFIX) or is_uri(source) else os.path.join(paths.root, source)
-
-
-def session_if_tables(sources: list[str | None], cfg, paths, job: str):
-    """A Spark session when one of `sources` is a Delta table (`table:...`), else None."""
-    if not any(s and s.startswith(TABLE_PREFIX) for s in sources):
-        return None
-    from jobs.base import build_session
-
-    return build_session(cfg, paths, None, f"{cfg.spark.app_name_prefix}-{job}")[0]

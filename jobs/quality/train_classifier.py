@@ -7,8 +7,8 @@ each is held out, and the held-out precision, recall and F1 of the positive clas
 in `model.json` beside `model.bin` under `<lake>/models/quality_classifier` (DCLM's trainer settings: lr 0.1,
 dim 100, word bigrams; 25 epochs instead of DCLM's 5, which under-train a corpus of thousands of documents).
 
-A plain process like train_kenlm: fastText trains on one machine from one file; Spark only reads a corpus that is
-a Delta table.
+A plain process like train_kenlm: fastText trains on one machine from one file, and a corpus that is a Delta table
+is read with delta-rs, not Spark.
 """
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ import storage
 from conf.paths import is_uri, join
 from jobs.quality.classifiers import (NEGATIVE, POSITIVE, QUALITY_META_FILE, QUALITY_MODEL_FILE, fasttext_line,
                                       positive_probabilities, quality_model_dir)
-from jobs.quality.corpus import read_corpus, resolve_source, session_if_tables, split_heldout, training_cli
+from jobs.quality.corpus import read_corpus, resolve_source, split_heldout, training_cli
 
 log = logging.getLogger("weblm.jobs.quality.train_classifier")
 
@@ -115,12 +115,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--negatives", help="random crawl: table:silver.documents (default) or a JSONL/text file or folder")
     parser.add_argument("--language", help="only documents of this language (default: train.language)")
     parser.add_argument("--out", help="model folder (default: <model_dir or <lake>/models/quality_classifier>)")
-    args, cfg, paths, section, settings = training_cli(parser, argv, "quality_classifier")
+    args, _, paths, section, settings = training_cli(parser, argv, "quality_classifier")
     language = args.language if args.language is not None else (settings.get("language") or None)
     sources = {side: resolve_source(getattr(args, side) or settings[side], paths) for side in ("positives", "negatives")}
-    spark = session_if_tables(list(sources.values()), cfg, paths, "train-classifier")
     texts = {side: read_corpus(source, language=language, limit=int(settings["max_docs"]), seed=int(settings["seed"]),
-                               spark=spark, paths=paths).texts for side, source in sources.items()}
+                               paths=paths).texts for side, source in sources.items()}
     dest = args.out or quality_model_dir(section, paths)
     meta = train(texts["positives"], texts["negatives"], dest, settings, {**sources, "language": language or "any"})
     held = meta["heldout"]

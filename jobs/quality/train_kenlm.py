@@ -7,9 +7,9 @@ cut-offs: the 30th and 60th percentiles of the perplexities of a crawl sample (`
 `<lake>/models/kenlm/<language>/{sp.model, lm.binary, model.json}` all at once (a half-written model is never seen).
 
 A plain process, not a Spark job: lmplz is one external program over one stream of text, and a reference corpus is
-a Wikipedia-sized sample (CCNet: 1M documents) that one machine reads in seconds; Spark is used only to read a
-corpus given as a Delta table.  The corpus: `--corpus PATH|table:layer.name`, default
-`quality.scorers.perplexity.train.corpus` (../shared/data/text/wiki_text when present).
+a Wikipedia-sized sample (CCNet: 1M documents) that one machine reads in seconds; a corpus given as a Delta table
+is read with delta-rs (jobs/quality/corpus.py), with no Spark session.  The corpus: `--corpus PATH|table:layer.name`,
+default `quality.scorers.perplexity.train.corpus` (../shared/data/text/wiki_text when present).
 """
 from __future__ import annotations
 
@@ -30,7 +30,7 @@ import numpy as np
 import storage
 from conf.paths import is_uri, join
 from jobs.quality import perplexity as ppl
-from jobs.quality.corpus import read_corpus, resolve_source, session_if_tables, split_heldout, training_cli
+from jobs.quality.corpus import read_corpus, resolve_source, split_heldout, training_cli
 
 log = logging.getLogger("weblm.jobs.quality.train_kenlm")
 
@@ -118,17 +118,17 @@ def publish(folder: Path, dest: str) -> None:
 
 
 def train(language: str, corpus_source: str, dest: str, settings: dict, *, cutoff_source: str | None = None,
-          spark=None, paths=None) -> dict:
+          paths=None) -> dict:
     """Train and publish one language's model; returns what model.json records."""
     started = time.monotonic()
     corpus = read_corpus(corpus_source, language=language, limit=int(settings["max_docs"]), seed=int(settings["seed"]),
-                         spark=spark, paths=paths)
+                         paths=paths)
     if len(corpus.texts) < 2:
         raise ValueError(f"corpus {corpus_source} has {len(corpus.texts)} {language} documents: too few to train on")
     if cutoff_source:
         train_docs = corpus.texts
         cut_docs = read_corpus(cutoff_source, language=language, limit=int(settings["cutoff_docs"]),
-                               seed=int(settings["seed"]), spark=spark, paths=paths).texts
+                               seed=int(settings["seed"]), paths=paths).texts
     else:
         train_docs, cut_docs = split_heldout(corpus.texts, float(settings["heldout_fraction"]), int(settings["seed"]))
     lines = normalized_lines(train_docs)
@@ -170,14 +170,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cutoff-corpus", help="crawl text whose perplexity percentiles set the buckets "
                         "(e.g. table:silver.documents); default: held-out reference documents")
     parser.add_argument("--out", help="model folder (default: <model_dir or <lake>/models/kenlm>/<language>)")
-    args, cfg, paths, section, settings = training_cli(parser, argv, "perplexity")
+    args, _, paths, section, settings = training_cli(parser, argv, "perplexity")
     settings["per_line"] = section.get("per_line", False)
     language = args.language or settings["language"]
     corpus = resolve_source(args.corpus or settings["corpus"], paths)
     cutoff = resolve_source(args.cutoff_corpus, paths) if args.cutoff_corpus else None
     dest = args.out or join(ppl.models_root(section, paths), language)
-    spark = session_if_tables([corpus, cutoff], cfg, paths, "train-kenlm")
-    meta = train(language, corpus, dest, settings, cutoff_source=cutoff, spark=spark, paths=paths)
+    meta = train(language, corpus, dest, settings, cutoff_source=cutoff, paths=paths)
     print(json.dumps({"model": dest, **meta}))
     return 0
 

@@ -143,7 +143,8 @@ def test_javascript_pages_were_rendered_and_ingested_from_their_dom(demo_run):
 def test_the_quality_models_were_trained_by_the_project_and_scored_documents(demo_run):
     var, _, summary, _, _ = demo_run
     models = summary["models"]
-    assert models["kenlm.en"]["cutoffs"]["source"] == "table:silver.quality"
+    assert models["kenlm.en"]["cutoffs"]["source"] == "table:silver.documents"   # its English, read with delta-rs
+    assert models["kenlm.en"]["cutoffs"]["documents"] > 0
     assert models["quality_classifier"]["heldout"]["positives"] > 0
     signals = delta_table(f"{var}/lake/silver/signals").to_pandas()
     english = signals[signals["language"] == "en"]

@@ -236,8 +236,8 @@ def run_pipeline(lake: Path, shards: Path, argv: list[str]) -> Snapshot:
 @pytest.fixture(scope="session")
 def pipeline_runs(spark, crawl, tmp_path_factory) -> Runs:
     """Three `jobs.pipeline` runs on the fixture crawl: one whose tokenize stage cannot write its model, then
-    `--resume` with that fixed, then `--only export` again.  Its final lake is also the in-process reference
-    that the local-cluster run must equal."""
+    `--resume` with that fixed, then `--only export --report` again.  Its final lake is also the in-process
+    reference that the local-cluster run must equal."""
     var = tmp_path_factory.mktemp("pipeline-run")
     blocker = var / "blocker"
     blocker.write_text("a file where the tokenizer folder should be\n")
@@ -245,5 +245,5 @@ def pipeline_runs(spark, crawl, tmp_path_factory) -> Runs:
     lake, shards = var / "lake", var / "shards"
     failed = run_pipeline(lake, shards, common + ["-p", f"tokenizer_dir={blocker}/tokenizer"])
     resumed = run_pipeline(lake, shards, common + ["--resume"])
-    again = run_pipeline(lake, shards, common + ["--only", "export"])
+    again = run_pipeline(lake, shards, common + ["--only", "export", "--report"])
     return Runs(lake, failed, resumed, again)

@@ -110,7 +110,7 @@ def test_quality_job_runs_our_scorers_with_negatives_from_silver(spark, tmp_path
      .withColumn("warc_file", F.lit("f.warc.gz")).withColumn("warc_offset", F.lit(0).cast("long"))
      .withColumn("content_sha256", F.sha2("text", 256))
      .write.format("delta").save(str(lake / "silver" / "documents")))
-    # the classifier's negatives: a seeded sample of the crawl table, read with the session the tests share
+    # the classifier's negatives: a seeded sample of the crawl table that Spark wrote, read with delta-rs
     positives = jsonl(tmp_path / "wiki.jsonl", [reference(i) for i in range(40)])
     assert train_classifier.main(["--positives", str(positives), "--negatives", "table:silver.documents",
                                   "--language", "und", "-o", f"paths.lake={lake}",

@@ -1,15 +1,17 @@
-"""jobs.pipeline: the four stages in order on one Spark session, a failed stage stops the run and says
-what to run next, `--resume` goes on from it without redoing the stages that finished, and a second
-run of a finished stage changes nothing."""
+"""jobs.pipeline: the stages in order on one Spark session, a failed stage stops the run and says
+what to run next, `--resume` goes on from it without redoing the stages that finished, a second
+run of a finished stage changes nothing, and `--report` ends a run with the per-stage report."""
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from conftest import pipeline_options
 from jobs.pipeline import STAGE_NAMES, STAGES, PipelineError, Stage, check_order, main, select_stages
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -90,6 +92,31 @@ def test_running_a_finished_stage_again_changes_nothing(runs):
         assert again.state["stages"][name] == resumed.state["stages"][name]
     assert again.versions == resumed.versions
     assert again.manifest == resumed.manifest  # idempotent: the same shards, the same manifest
+
+
+def test_the_report_ends_the_run_on_its_session(runs):
+    again = runs.again
+    report = again.state["report"]
+    assert report["status"] == "ok" and report["run_id"] == again.state["run_id"]
+    assert report["html"] == str(runs.lake / "_report" / "report.html") and "<img" in Path(report["html"]).read_text()
+    stages = {s["stage"]: s for s in json.loads(Path(report["json"]).read_text())["stages"]}
+    assert stages["export"]["kept"]["documents"] == again.manifest["totals"]["documents"]
+    assert [name for name, s in stages.items() if s["status"] == "ok"] == list(STAGE_NAMES)
+
+
+def test_a_failed_report_leaves_the_stages_ok_and_says_how_to_write_it(runs, crawl, tmp_path, monkeypatch, capsys):
+    import jobs.report
+
+    var = tmp_path / "var"
+    shutil.copytree(runs.lake.parent, var)
+    monkeypatch.setattr(jobs.report, "collect", lambda *a: (_ for _ in ()).throw(RuntimeError("injected")))
+    assert main(pipeline_options(var, crawl.warc_dir) + ["--only", "export", "--report"]) == 1
+    state = json.loads((var / "lake" / "_pipeline" / "state.json").read_text())
+    assert state["status"] == "ok" and state["stages"]["export"]["status"] == "ok"
+    assert state["report"]["status"] == "failed" and state["report"]["error"] == "RuntimeError: injected"
+    err = capsys.readouterr().err
+    assert "every stage finished ok, but the per-stage report failed: RuntimeError: injected" in err
+    assert f"python -m jobs.report -o paths.var={var}" in err
 
 
 def test_resume_after_a_finished_run_has_nothing_to_do(runs, capsys):
