@@ -149,20 +149,25 @@ def read_corpus(source: str, *, language: str | None = None, limit: int | None =
             raise ValueError(f"corpus {source} is a Delta table of the lake: it needs the loaded paths")
         corpus.texts = _table_docs(paths.table(source[len(TABLE_PREFIX):]), language, limit, seed, corpus)
         corpus.files = 1
-        return corpus
+    else:
+        corpus.texts = _path_docs(source, language, limit, seed, txt_lines_per_doc, corpus)
+    if corpus.skipped:
+        log.warning("corpus %s: skipped %s", source, dict(corpus.skipped))
+    return corpus
+
+
+def _path_docs(source: str, language: str | None, limit: int | None, seed: int, lines_per_doc: int,
+               corpus: Corpus) -> list[str]:
     texts: list[str] = []
     for path in sorted(_files(source)):
         corpus.files += 1
         if path.endswith(JSON_SUFFIXES):
             texts.extend(_json_docs(path, language, corpus))
         else:
-            texts.extend(_txt_docs(path, txt_lines_per_doc))
+            texts.extend(_txt_docs(path, lines_per_doc))
     if limit and len(texts) > limit:
         texts = random.Random(seed).sample(texts, limit)
-    corpus.texts = texts
-    if corpus.skipped:
-        log.warning("corpus %s: skipped %s", source, dict(corpus.skipped))
-    return corpus
+    return texts
 
 
 def split_heldout(texts: list[str], heldout_fraction: float, seed: int) -> tuple[list[str], list[str]]:

@@ -56,7 +56,7 @@ def test_the_language_column_selects_documents(lake):
 
 
 @pytest.mark.parametrize("given", ["no column", "und", None])
-def test_where_the_table_does_not_know_the_language_fasttext_decides(tmp_path, given):
+def test_where_the_table_does_not_know_the_language_fasttext_decides(tmp_path, given, caplog):
     """silver.documents says `und` until the quality stage identifies the language; other tables may say nothing."""
     paths = load_paths([f"lake={tmp_path / 'lake'}"])
     columns = documents(12)
@@ -68,6 +68,7 @@ def test_where_the_table_does_not_know_the_language_fasttext_decides(tmp_path, g
     corpus = read_corpus("table:silver.documents", language="en", paths=paths)
     assert sorted(t.split(" (")[0] for t in corpus.texts) == sorted(ENGLISH * 2)
     assert corpus.skipped["other_language"] == 6
+    assert "corpus table:silver.documents: skipped {'other_language': 6}" in caplog.text   # said, not silent
 
 
 def test_a_missing_table_says_what_to_run(tmp_path):
