@@ -14,6 +14,7 @@ import tempfile
 from typing import Iterable, Iterator, Sequence
 
 import storage
+import trainer  # noqa: F401  (imports megatron.core without torch.compile on machines without CUDA: 3-4 s a worker)
 
 SHARD_FILES = (".bin", ".idx", ".docs.jsonl")
 NAME_HASH_LEN = 16

@@ -120,6 +120,13 @@ def crawl(tmp_path_factory) -> Crawl:
 
 
 # -- Spark -----------------------------------------------------------------------------------------
+# The tests' tables hold tens of rows: Spark runs their plans interpreted, as its own test suites can, instead of
+# compiling Java for each (Janino took 20% of the driver's CPU in tests/jobs/test_export_job.py, measured with JFR;
+# the file ran in 206 s against 254-265 s with code generation).  The jobs' results are the same either way.
+# (conf/profiles/smoke.yaml does the same for the demo's end-to-end test; a real run keeps code generation.)
+SMALL_DATA_SPARK = "--conf spark.sql.codegen.wholeStage=false --conf spark.sql.codegen.factoryMode=NO_CODEGEN"
+
+
 @pytest.fixture(scope="session")
 def spark():
     from conf.paths import load_paths
@@ -129,7 +136,7 @@ def spark():
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     # one session serves every job test of the run: the default 1 GiB driver heap ran out in CI ("not enough
     # memory to build and broadcast the table") after the dedup and quality tests
-    os.environ.setdefault("PYSPARK_SUBMIT_ARGS", "--driver-memory 3g pyspark-shell")
+    os.environ.setdefault("PYSPARK_SUBMIT_ARGS", f"--driver-memory 3g {SMALL_DATA_SPARK} pyspark-shell")
     cfg = load_jobs_config(["spark.shuffle_partitions=2"])
     session, _ = build_session(cfg, load_paths(), "local[2]", "weblm-tests-jobs")
     session.sparkContext.setLogLevel("ERROR")

@@ -10,6 +10,7 @@ import sys
 import time
 from pathlib import Path
 
+from conftest import SMALL_DATA_SPARK
 from test_quality_job import DOCS, prose, read, run, write_documents
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -31,7 +32,7 @@ def version(spark, lake, name: str) -> int:
 def kill_at(point: str, lake: Path, tmp_path: Path) -> None:
     """Run the job in its own process group until it reaches `point`, then SIGKILL the group (driver and JVM)."""
     marker, log = tmp_path / f"{point}.reached", tmp_path / f"{point}.log"
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "PYSPARK_SUBMIT_ARGS": "--driver-memory 1g pyspark-shell"}
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "PYSPARK_SUBMIT_ARGS": f"--driver-memory 1g {SMALL_DATA_SPARK} pyspark-shell"}
     with open(log, "wb") as out:
         process = subprocess.Popen(
             [sys.executable, str(Path(__file__).with_name("quality_kill_hook.py")), point, str(marker),

@@ -1,6 +1,7 @@
 """Fixtures for the trainer's tests: synthetic shards, tmp paths, a tiny config and one trained run."""
 from __future__ import annotations
 
+import shutil
 import sys
 import warnings
 from pathlib import Path
@@ -25,8 +26,32 @@ def tiny_config(*overrides: str):
     return load_trainer_config([*TINY, *overrides])
 
 
+_MLFLOW_TEMPLATE: list[Path] = []
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _mlflow_template(tmp_path_factory):
+    """An empty MLflow sqlite store, made by MLflow once per session for `mlflow_uri` to copy."""
+    from mlflow.tracking import MlflowClient
+
+    template = tmp_path_factory.mktemp("mlflow-template") / "mlflow.db"
+    MlflowClient(f"sqlite:///{template}").search_experiments()
+    _MLFLOW_TEMPLATE.append(template)
+    yield
+    _MLFLOW_TEMPLATE.clear()
+
+
+def mlflow_uri(db: Path) -> str:
+    """The sqlite URI of an MLflow store at `db`: a copy of the session's empty store unless one is there already
+    (a resumed run's).  MLflow makes a new store by running its schema migrations, 3-6 s of every run's start."""
+    if not db.exists():
+        db.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(_MLFLOW_TEMPLATE[0], db)
+    return f"sqlite:///{db}"
+
+
 def tmp_paths(root: Path):
-    return load_paths([f"local={root}/local", f"mlflow_tracking_uri=sqlite:///{root}/mlflow/mlflow.db",
+    return load_paths([f"local={root}/local", f"mlflow_tracking_uri={mlflow_uri(root / 'mlflow' / 'mlflow.db')}",
                        f"mlflow_artifacts={root}/mlflow/artifacts", f"train_dir={root}/train",
                        f"shards_dir={root}/shards"])
 

@@ -14,7 +14,7 @@ from mlflow.tracking import MlflowClient
 
 import torch
 
-from conftest import TINY
+from conftest import TINY, mlflow_uri
 from trainer.checkpoint import read_checkpoint, whole_state
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -23,7 +23,7 @@ STEPS = 12
 
 def command(manifest_path, root: Path, *extra: str, settings: tuple[str, ...] = (), processes: int = 1) -> list[str]:
     overrides = [*TINY, f"schedule.steps={STEPS}", "schedule.checkpoint_interval=4", "schedule.eval_interval=0",
-                 f"paths.local={root}/local", f"paths.mlflow_tracking_uri=sqlite:///{root}/mlflow.db",
+                 f"paths.local={root}/local", f"paths.mlflow_tracking_uri={mlflow_uri(root / 'mlflow.db')}",
                  f"paths.mlflow_artifacts={root}/artifacts", f"paths.train_dir={root}/train", *settings]
     launcher = ([sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={processes}"]
                 if processes > 1 else [sys.executable])
@@ -43,6 +43,7 @@ def killed_and_uninterrupted(command_line: list[str], root: Path, checkpoint: st
     the overrides `on_resume`), and `root/straight`, left alone."""
     straight, killed = root / "straight", root / "killed"
     straight.mkdir(parents=True)
+    mlflow_uri(straight / "mlflow.db")
     with open(straight / "stderr.txt", "w") as stderr:
         uninterrupted = subprocess.Popen([a.replace(str(killed), str(straight)) for a in command_line], cwd=ROOT,
                                          stdout=subprocess.DEVNULL, stderr=stderr)

@@ -22,7 +22,7 @@ from mlflow.tracking import MlflowClient
 
 import storage
 from conf.paths import load_paths
-from conftest import TINY, tiny_config, tmp_paths
+from conftest import TINY, mlflow_uri, tiny_config, tmp_paths
 from shardkit import build_shards
 from tests.support.s3server import FlakyRelay, storage_overlay
 from trainer import checkpoint
@@ -54,7 +54,7 @@ def mlflow_s3_environment():
 
 def s3_paths(root: Path, bucket: str, train: str = "train"):
     """Shards, run folder and MLflow artifacts in the bucket; cache, staging and MLflow's sqlite store under root."""
-    return load_paths([f"local={root}/local", f"mlflow_tracking_uri=sqlite:///{root}/mlflow.db",
+    return load_paths([f"local={root}/local", f"mlflow_tracking_uri={mlflow_uri(root / 'mlflow.db')}",
                        f"shards_dir={bucket}/shards", f"train_dir={bucket}/{train}",
                        f"mlflow_artifacts={bucket}/mlflow"])
 
@@ -209,7 +209,8 @@ def test_a_corrupt_shard_in_the_bucket_stops_training_before_step_1(s3, tmp_path
                      rf"\(\w{{12}}…\): {s3}/shards/shard-00001.bin gave \w{{12}}… in 2 download\(s\); the object is "
                      r"corrupt or was rewritten after the manifest \(re-run the export job\)", err), err
     assert "(download 1 of 2); downloading again" in caplog.text   # fetched once more before giving up
-    assert not Path(paths.mlflow_tracking_uri.removeprefix("sqlite:///")).exists()   # no run was started
+    client = MlflowClient(paths.mlflow_tracking_uri)
+    assert not client.search_runs([e.experiment_id for e in client.search_experiments()])   # no run was started
     assert storage.listdir(paths.train_dir) == [] and not Path(paths.train_staging).exists()
     sha = json.loads(manifest_path.read_text())["sha256"]
     assert not (Path(paths.cache_dir) / "shards" / sha / "shard-00001.bin").exists()   # nothing corrupt is cached
