@@ -55,8 +55,11 @@ demo: setup
 	$(PY) -m demo
 
 ## test: the whole suite (real Spark + Delta, real MLflow, real HTTP)
+# Two workers (pytest-xdist), each test file whole on one of them (tests/conftest.py groups them): the suite's Spark,
+# torchrun and crawl processes leave a core idle for much of a serial run.
+TEST_WORKERS ?= 2
 test: setup
-	$(PY) -m pytest
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup
 
 ## bench: speed targets, each a ratio against a baseline run in the same process (bench/*.py)
 bench: setup

@@ -37,3 +37,19 @@ def s3(s3_server, tmp_path, monkeypatch):
     storage.reset()
     yield make_bucket(s3_server.endpoint, f"weblm-test-{os.getpid()}-{next(_buckets)}")
     storage.reset()
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which reads the groups
+def pytest_collection_modifyitems(config, items):
+    """`make test` runs two pytest-xdist workers (`--dist loadgroup`): each test file goes whole to one worker, so its
+    module fixtures run once, and the jobs files that share a session's pipeline runs go to the same worker."""
+    jobs = config.rootpath / "tests" / "jobs"
+    for item in items:
+        fixtures = set(getattr(item, "fixturenames", ()))
+        group = item.path.relative_to(config.rootpath).as_posix()
+        if item.path.is_relative_to(jobs):
+            if "pipeline_runs" in fixtures:
+                group = "jobs: pipeline_runs"
+            elif "pipeline" in fixtures:
+                group = "jobs: pipeline"
+        item.add_marker(pytest.mark.xdist_group(group))
