@@ -56,10 +56,11 @@ demo: setup
 
 ## test: the whole suite (real Spark + Delta, real MLflow, real HTTP)
 # Two workers (pytest-xdist), each test file whole on one of them (tests/conftest.py groups them): the suite's Spark,
-# torchrun and crawl processes leave a core idle for much of a serial run.
+# torchrun and crawl processes leave a core idle for much of a serial run.  Files go out in collection order (the
+# demo's, the longest, first), not by test count, which sent the one-test files of several minutes out last.
 TEST_WORKERS ?= 2
 test: setup
-	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder
 
 ## bench: speed targets, each a ratio against a baseline run in the same process (bench/*.py)
 bench: setup

@@ -89,7 +89,11 @@ def test_rules_are_obeyed_and_a_missing_file_allows_all(crawled):
 def test_an_unreachable_robots_txt_disallows_the_host(crawled, name):
     run, fetched = crawled
     assert pages(fetched, name) == set(), f"{name}: pages fetched although robots.txt failed"
-    assert [p for _, p in fetched[name]] == ["/robots.txt"], "asked once for the whole crawl, not retried at once"
+    # asked once for the whole crawl, not retried at once (the crawler's own count: weblm/robots/fetches, below).
+    # A connection closed without an answer may be a kept-alive one the proxy reused: Twisted's pool then sends the
+    # GET once more on a new connection (HTTPConnectionPool.retryAutomatically), which the server sees as a 2nd ask.
+    asked = [p for _, p in fetched[name]]
+    assert asked == ["/robots.txt"] or (name == "down" and asked == ["/robots.txt"] * 2), asked
 
 
 def test_failures_are_counted_and_explained_without_tracebacks(crawled):
