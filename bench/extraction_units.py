@@ -48,6 +48,23 @@ Adding lines that other extractors keep raises recall (0.974 -> 0.984 on article
 than it gains on every type: the extractors' extra lines are mostly the boilerplate rs-trafilatura rightly
 dropped, and near-copies of its own lines split differently.  The gains left are precision on shop and
 landing pages, which no voter here supplies.
+
+`--choose`: a page-level choice of extractor instead of a line-level one (measured 2026-11-28, the job of
+conf/jobs.yaml, word F1; mixed = the six other types):
+
+| choice | article | forum | product | collection | listing | documentation | service | mixed |
+|---|---|---|---|---|---|---|---|---|
+| the job | 0.947 | 0.783 | 0.684 | 0.706 | 0.721 | 0.939 | 0.840 | 0.778 |
+| ceiling: each page's best of the job, rs-trafilatura, trafilatura (with and without comments), resiliparse | 0.964 | 0.827 | 0.767 | 0.779 | 0.802 | 0.954 | 0.891 | 0.837 |
+| ceiling: the job or resiliparse | 0.954 | 0.802 | 0.720 | 0.753 | 0.771 | 0.951 | 0.868 | 0.811 |
+| ceiling: the job or trafilatura | 0.958 | 0.798 | 0.724 | 0.743 | 0.751 | 0.950 | 0.867 | 0.806 |
+| learned chooser, out of fold, switching when the predicted gain > 0.05 (111 pages) | 0.947 | 0.772 | 0.679 | 0.694 | 0.710 | 0.939 | 0.840 | 0.772 |
+| the same, > 0.1 (47 pages) | 0.946 | 0.775 | 0.683 | 0.699 | 0.714 | 0.939 | 0.839 | 0.774 |
+
+No-go.  Even knowing each page's truth, picking the best whole text reaches 0.837 on mixed pages, so no page-level
+choice among these extractors meets the 0.90 goal on this split; the learned chooser (gradient-boosted gain per
+extractor from word counts, overlaps with the job's text and the page types; 5 folds grouped by host) loses to the
+job at every margin: the pages where another extractor wins do not look different by these features.
 """
 from __future__ import annotations
 
@@ -210,15 +227,86 @@ def dev_setup(parser: argparse.ArgumentParser):
     return args, scorer, load_jobs_config().extract, dev_pages(scorer, args.limit)
 
 
+CHOICES = {"rs-trafilatura": lambda v: v["rs"], "trafilatura": lambda v: v["tf"],
+           "trafilatura, no comments": lambda v: v["tf_nocomments"], "resiliparse": lambda v: v["rp"]}
+
+
+def page_features(v: dict, job_text: str) -> list[float]:
+    """What a page-level chooser sees, all of it cheap once the extractors ran: the job's words and lines, and per
+    other extractor its words, their share of the job's, the words both keep (as a share of each) and its words
+    per line; the hinted and the classified page type (as codes)."""
+    import math
+    from collections import Counter
+
+    def bag(text):
+        return Counter(text.lower().split())
+    job_bag = bag(job_text)
+    job_words = max(1, sum(job_bag.values()))
+    features = [math.log1p(job_words), len(job_text.splitlines())]
+    for choice in CHOICES.values():
+        text = choice(v)
+        words, both = sum(bag(text).values()), sum((job_bag & bag(text)).values())
+        features += [math.log1p(words), words / job_words, both / job_words, both / max(1, words),
+                     words / max(1, len(text.splitlines()))]
+    return features + [TYPES.index(t) if t in TYPES else len(TYPES) for t in (v["hint_type"], v["rs_type"])]
+
+
+def print_choices(pages, outputs: dict, cfg, scorer, margins=(0.0, 0.02, 0.05, 0.1)) -> None:
+    """A page-level choice between the job's text and another extractor's whole text: the ceiling (each page's
+    best, known from its truth) and a learned chooser, per page type.  The chooser is one gradient-boosted
+    regressor per other extractor predicting its F1 gain over the job's from `page_features`; a page takes the
+    extractor with the largest predicted gain when that is over the margin.  Predictions are out of fold: 5
+    folds grouped by the page's host, so that no site is both learned and judged."""
+    import numpy
+    from urllib.parse import urlsplit
+    from sklearn.ensemble import HistGradientBoostingRegressor
+    from sklearn.model_selection import GroupKFold
+
+    job = rules(cfg)["the job (conf/jobs.yaml)"]
+    f1 = lambda text, page: scorer.word_f1(text if len(text) >= cfg.min_chars else "", page.reference)[2]
+    base, gains, features, hosts = [], [], [], []
+    for page in pages:
+        v = outputs[page.id]
+        job_text = job(v)
+        base.append(f1(job_text, page))
+        gains.append([f1(choice(v), page) - base[-1] for choice in CHOICES.values()])
+        features.append(page_features(v, job_text))
+        hosts.append(urlsplit(page.url or "").hostname or page.id)
+    base, gains, features = numpy.array(base), numpy.array(gains), numpy.array(features)
+    predicted = numpy.zeros_like(gains)
+    types = [features.shape[1] - 2, features.shape[1] - 1]
+    for train, test in GroupKFold(5).split(features, gains, hosts):
+        for k in range(gains.shape[1]):
+            model = HistGradientBoostingRegressor(max_iter=200, learning_rate=0.05, max_depth=3, min_samples_leaf=20,
+                                                  categorical_features=types, random_state=0)
+            predicted[test, k] = model.fit(features[train], gains[train, k]).predict(features[test])
+    rows = {"the job": base, "ceiling: each page's best of the job and all four": base + gains.clip(0).max(1)}
+    for k, name in enumerate(CHOICES):
+        rows[f"ceiling: each page's best of the job and {name}"] = base + gains[:, k].clip(0)
+    for margin in margins:
+        switch = predicted.max(1) > margin
+        chosen = numpy.where(switch, gains[numpy.arange(len(pages)), predicted.argmax(1)], 0.0)
+        rows[f"learned chooser, margin {margin} ({int(switch.sum())} pages switched)"] = base + chosen
+    print(f"\nPage-level choice, WCXB dev, {len(pages)} pages: word F1 per page type (min_chars {cfg.min_chars} applied)")
+    print(f"  {'choice':<70}" + "".join(f"{t[:7]:>8}" for t in TYPES) + f"{'mixed':>8}")
+    for name, scores in rows.items():
+        per_type = [scores[[p.page_type == t for p in pages]].mean() for t in TYPES]
+        mixed = scores[[p.page_type != "article" for p in pages]].mean()
+        print(f"  {name:<70}" + "".join(f"{s:8.3f}" for s in per_type) + f"{mixed:8.3f}")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--worst", type=int, default=0, help="print this many lowest-F1 pages per type (the job's rule)")
+    parser.add_argument("--choose", action="store_true", help="also a page-level choice of extractor: ceiling and learned")
     setup = dev_setup(parser)
     if setup is None:
         return 0
     args, scorer, cfg, pages = setup
     outputs = cached_voters(pages, cfg)
     print_rules(pages, outputs, rules(cfg), cfg, scorer)
+    if args.choose:
+        print_choices(pages, outputs, cfg, scorer)
     if args.worst:
         job = rules(cfg)["the job (conf/jobs.yaml)"]
         for page_type in TYPES:
