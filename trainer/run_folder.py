@@ -11,6 +11,9 @@ sharded run on a remote train_dir needs the ranks on one machine (or staging on 
 are working files in staging, snapshotted into `outbox/` (the train_dir layout) to be uploaded at each
 checkpoint and at the end.  Training never waits for the store, except at the end (`close`), with a
 timeout; whatever is left stays in staging, is counted and logged, and the next start sends it.
+A checkpoint is announced (`announce_checkpoints`: the MLflow tag naming it and its sha256) only where readers will
+find it: at once in a local train_dir, and in a remote one once the store holds all of it, an earlier start's
+leftovers too; a checkpoint that never lands is never named.
 """
 from __future__ import annotations
 
@@ -83,6 +86,10 @@ class RunFolder:
         self._written: set[str] = set()   # working files this process writes (and so sends at the end)
         self._prune_lock = threading.Lock()
         self._folder_uploads: list[Future] = []   # sharded checkpoints on their way, one folder at a time
+        self._on_stored: Callable[[int, str, str], None] | None = None
+        self._unannounced: list[tuple[int, str, str]] = []   # stored before anyone asked to hear of it
+        self._announce_lock = threading.Lock()
+        self._landing: dict[str, list] = {}   # a gathered checkpoint on its way: destination -> [sha256, files to land]
         self.last_sha256 = ""
         if self.remote:
             self.uploader = Uploader(on_durable=self._on_durable, name="train-upload")
@@ -114,17 +121,42 @@ class RunFolder:
         found = self.checkpoints()
         return found[-1] if found else None
 
-    def save_checkpoint(self, step: int, parts: dict[str, Any], meta: dict[str, Any],
-                        on_visible: Callable[[str, str], None] | None = None) -> str:
+    def announce_checkpoints(self, on_stored: Callable[[int, str, str], None]) -> None:
+        """Call `on_stored(step, location, sha256)` for each checkpoint once readers find it where `checkpoints()`
+        says: at once in a local train_dir, once the store holds all of it in a remote one.  Those stored before
+        this call (an earlier start's leftovers, sent as this one began) are announced now."""
+        with self._announce_lock:
+            self._on_stored, waiting, self._unannounced = on_stored, self._unannounced, []
+        for args in waiting:
+            self._tell(on_stored, *args)
+
+    def _announce(self, name: str, location: str, digest: str) -> None:
+        step = int(re.match(r"step-(\d+)", name).group(1))
+        with self._announce_lock:
+            on_stored = self._on_stored
+            if on_stored is None:
+                self._unannounced.append((step, location, digest))
+                return
+        self._tell(on_stored, step, location, digest)
+
+    @staticmethod
+    def _tell(on_stored: Callable[[int, str, str], None], step: int, location: str, digest: str) -> None:
+        try:
+            on_stored(step, location, digest)
+        except Exception as exc:  # noqa: BLE001  (a tag that fails loses no checkpoint)
+            log.warning("checkpoint %s is stored, but announcing it failed (%s: %s)", location,
+                        type(exc).__name__, exc)
+
+    def save_checkpoint(self, step: int, parts: dict[str, Any], meta: dict[str, Any]) -> str:
         """Write checkpoint `step`; its location is returned.  Once it is visible (at once, or when an asynchronous
-        save lands), its sha256 is kept in `last_sha256`, it is queued for upload (a remote train_dir), and
-        `on_visible(location, sha256)` is called."""
+        save lands), its sha256 is kept in `last_sha256`, and it is announced (a local train_dir) or queued for
+        upload (a remote one: announced once stored)."""
         def visible(path: Path, digest: str) -> None:
             self.last_sha256 = digest
             if self.remote:
-                self._send(path)
-            if on_visible is not None:
-                on_visible(self.location(f"checkpoints/{path.name}") if self.remote else str(path), digest)
+                self._send(path, digest)
+            else:
+                self._announce(path.name, str(path), digest)
 
         if not self.remote:
             return str(save_checkpoint(self.files.checkpoints, step, parts, meta, self.keep, on_visible=visible))
@@ -133,20 +165,29 @@ class RunFolder:
         self.publish(LINEAGE, wait_s=None)
         return self.location(f"checkpoints/{path.name}")
 
-    def _send(self, path: Path) -> None:
+    def _send(self, path: Path, digest: str | None) -> None:
         """Queue a visible staged checkpoint for upload: a file with its sidecar, or a sharded folder."""
         destination = self.location(f"checkpoints/{path.name}")
         if path.is_dir():
-            self._folder_uploads.append(self._folder_sender.submit(self._send_folder, path, destination))
+            self._folder_uploads.append(self._folder_sender.submit(self._send_folder, path, destination, digest))
         else:
+            self._expect(destination, path, digest)
             self.uploader.submit(checksum_path(path), destination + ".sha256")
             self.uploader.submit(path, destination)
 
-    def _send_folder(self, path: Path, destination: str) -> bool:
+    def _expect(self, destination: str, path: Path, digest: str | None) -> None:
+        """Remember a gathered checkpoint's sha256 (given, or its sidecar's) to announce it once it and its sidecar
+        have landed."""
+        digest = digest or _sidecar_digest(path)
+        if digest:
+            self._landing[destination] = [digest, 2]
+
+    def _send_folder(self, path: Path, destination: str, digest: str | None) -> bool:
         """Upload a sharded checkpoint: its files and sidecar, then (all durable) its SHA256SUMS, which makes it a
         checkpoint in the store; only then is the staged folder deleted.  A file that fails every retry leaves the
         folder staged (and unlisted in the store) for the next start."""
         sidecar = checksum_path(path)
+        digest = digest or _sidecar_digest(path)
         files = [p for p in sorted(path.rglob("*")) if p.is_file() and p.name != SUMS]
         uploads = [self.uploader.submit(p, join(destination, *p.relative_to(path).parts), keep_local=True)
                    for p in files] + [self.uploader.submit(sidecar, destination + ".sha256", keep_local=True)]
@@ -164,6 +205,8 @@ class RunFolder:
             return False
         shutil.rmtree(path)
         sidecar.unlink(missing_ok=True)
+        if digest:
+            self._announce(path.name, destination, digest)
         self._prune_store()
         return True
 
@@ -243,9 +286,22 @@ class RunFolder:
                                   "(conf/storage.yaml) and start again") from exc
 
     def _on_durable(self, local: str, destination: str) -> None:
-        """A gathered checkpoint landed: prune (a sharded one prunes once its SHA256SUMS lands)."""
-        if destination.startswith(join(self.home, "checkpoints") + "/") and \
-                CHECKPOINT_NAME.match(destination.rsplit("/", 1)[-1]):
+        """A gathered checkpoint landed: announce it and prune (a sharded one does both once its SHA256SUMS lands)."""
+        checkpoint = destination.removesuffix(".sha256")
+        name = checkpoint.rsplit("/", 1)[-1]
+        if not (checkpoint.startswith(join(self.home, "checkpoints") + "/") and CHECKPOINT_NAME.match(name)):
+            return
+        with self._announce_lock:
+            landing = self._landing.get(checkpoint)
+            if landing is not None:
+                landing[1] -= 1
+                if landing[1] > 0:
+                    landing = None   # the other file is still on its way
+                else:
+                    del self._landing[checkpoint]
+        if landing is not None:
+            self._announce(name, checkpoint, landing[0])
+        if checkpoint == destination:
             self._prune_store()
 
     def _prune_store(self) -> None:
@@ -324,10 +380,12 @@ class RunFolder:
     # -- start and end ---------------------------------------------------------------------------------------
     def _recover(self) -> None:
         """Send what an earlier process left in staging: checkpoints, and the newest lineage/result."""
+        for path in self.files.checkpoints.glob("*.pt"):   # announced as they land, as this run's own are
+            self._expect(self.location(f"checkpoints/{path.name}"), path, None)
         sent = recover(self.uploader, self.files.checkpoints, join(self.home, "checkpoints"), (".pt", ".pt.sha256"))
         for folder in listed_checkpoints(self.files.checkpoints):   # visible sharded folders not yet sent
             if folder.is_dir():
-                self._send(folder)
+                self._send(folder, None)
                 sent += sum(1 for p in folder.rglob("*") if p.is_file()) + 1
         for relative in (LINEAGE, RESULT):
             if not (self.outbox / relative).is_file():
@@ -422,7 +480,10 @@ class FollowerFolder:
     def latest_checkpoint(self) -> str | None:
         return None
 
-    def save_checkpoint(self, step: int, parts: dict[str, Any], meta: dict[str, Any], on_visible=None) -> None:
+    def announce_checkpoints(self, on_stored) -> None:
+        return None
+
+    def save_checkpoint(self, step: int, parts: dict[str, Any], meta: dict[str, Any]) -> None:
         # every rank writes its shards (sharded format) or takes part in gathering the whole state
         save_checkpoint(self.files.checkpoints, step, parts, meta, keep=None)
 
@@ -436,4 +497,12 @@ class FollowerFolder:
         return join(self.home, *relative.split("/")) if self.remote else str(self.files.out / relative)
 
     def close(self, timeout_s: float) -> None:
+        return None
+
+
+def _sidecar_digest(path: Path) -> str | None:
+    """The sha256 a checkpoint's sidecar holds (`<sha256>  <name>`), or None without one."""
+    try:
+        return checksum_path(path).read_text().split()[0]
+    except (FileNotFoundError, IndexError):
         return None

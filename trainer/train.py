@@ -104,6 +104,8 @@ def _train(cfg: TrainerConfig, paths: Paths, manifest: Manifest, folder: RunFold
         if main:
             run = tracking.start_run(cfg, paths, manifest, model_info, progress.run_id)
             progress.run_id = run.info.run_id
+            folder.announce_checkpoints(lambda step, location, digest, run_id=progress.run_id:
+                                        tracking.log_checkpoint(run_id, step, location, digest))
         lineage = (LineageWriter(folder.prepare_lineage(progress.step), keep_before=progress.step,
                                  detail=cfg.lineage.detail) if main
                    else NoLineage())
@@ -232,9 +234,7 @@ def _steps(cfg: TrainerConfig, manifest: Manifest, folder: RunFolder, engine, lo
                      + (f" | val {metrics['val_loss']:.4f}" if "val_loss" in metrics else ""))
         if final or (step + 1) % cfg.schedule.checkpoint_interval == 0:
             tracking.flush()   # the steps this checkpoint covers are in MLflow before it can be resumed from
-            saved = folder.save_checkpoint(step + 1, state, _meta(cfg, manifest), on_visible=(
-                lambda location, digest, run_id=progress.run_id, step=step + 1:
-                tracking.log_checkpoint(run_id, step, location, digest)))
+            saved = folder.save_checkpoint(step + 1, state, _meta(cfg, manifest))
         if stop_after is not None and step + 1 >= stop_after and not final:
             log.warning("stopping after step %d as asked (--stop-after); resume with --resume", step + 1)
             lineage.close()

@@ -88,6 +88,18 @@ def losses(paths, run_id) -> dict[int, float]:
     return {m.step: m.value for m in MlflowClient().get_metric_history(run_id, "loss")}
 
 
+def checkpoint_tags(paths, run_id) -> dict[int, tuple[str, str]]:
+    """The run's `checkpoint.step-N` tags: step -> (location, sha256)."""
+    mlflow.set_tracking_uri(paths.mlflow_tracking_uri)
+    tags = MlflowClient().get_run(run_id).data.tags
+    return {int(key.rsplit("-", 1)[1]): tuple(value.split(" sha256:"))
+            for key, value in tags.items() if key.startswith("checkpoint.step-")}
+
+
+def stored_digest(location: str) -> str:
+    return storage.read_text(f"{location}.sha256").split()[0]
+
+
 def test_a_run_on_object_storage_stages_its_inputs_once_and_uploads_its_outputs(s3, s3_server, tmp_path, caplog,
                                                                              monkeypatch):
     tokenizer = b"a SentencePiece model, as far as the trainer can tell"
@@ -136,6 +148,11 @@ def test_a_run_on_object_storage_stages_its_inputs_once_and_uploads_its_outputs(
     assert storage.exists(f"{run.info.artifact_uri}/lineage/batches.jsonl")
     assert {a.path for a in MlflowClient().list_artifacts(run.info.run_id)} >= {"lineage", "result.json"}
     assert run.data.tags["manifest_path"] == manifest_uri and run.data.tags["tokenizer_model"] == tokenizer_uri
+    # Each checkpoint is named once the bucket holds it: the two kept are there, with the sha256 stored beside them.
+    tags = checkpoint_tags(paths, result["run_id"])
+    assert {step: location for step, (location, _) in tags.items()} == {
+        step: f"{s3}/train/checkpoints/step-{step:08d}.pt" for step in (3, 6, 9, 10)}
+    assert all(tags[step][1] == stored_digest(tags[step][0]) for step in (9, 10))
     (dataset_input,) = run.inputs.dataset_inputs
     assert json.loads(dataset_input.dataset.source)["uri"] == manifest_uri
 
@@ -174,6 +191,10 @@ def test_resume_from_the_bucket_matches_an_uninterrupted_run(s3, tmp_path, manif
     again = checkpoint.read_checkpoint(checkpoint.download_checkpoint(f"{s3}/train/checkpoints/step-00000009",
                                                                       tmp_path / "step-00000009"))
     assert again["progress"]["step"] == 9   # the checksums of the folder as uploaded hold
+    tags = checkpoint_tags(paths, resumed["run_id"])   # the killed start's two and the resumed start's two
+    assert {step: location for step, (location, _) in tags.items()} == {
+        step: f"{s3}/train/checkpoints/step-{step:08d}" for step in (3, 6, 9, 10)}
+    assert all(tags[step][1] == stored_digest(tags[step][0]) for step in (9, 10))
 
     assert resumed["first_loss"] == straight["first_loss"]
     expected, got = losses(straight_paths, straight["run_id"]), losses(paths, resumed["run_id"])
@@ -344,6 +365,7 @@ def test_files_an_outage_keeps_from_the_store_stay_in_staging_and_go_on_the_next
 
     outage.refusing.clear()
     assert stored_checkpoints(paths) == []
+    assert checkpoint_tags(paths, result["run_id"]) == {}   # none reached the bucket, so none is named
     caplog.clear()
     with caplog.at_level("INFO", logger="trainer"):
         again = train(cfg, paths, resume=True)   # the next start sends what was left, then finds nothing to train
@@ -356,3 +378,6 @@ def test_files_an_outage_keeps_from_the_store_stay_in_staging_and_go_on_the_next
     mlflow.set_tracking_uri(paths.mlflow_tracking_uri)
     run = MlflowClient().get_run(again["run_id"])
     assert run.info.run_id == result["run_id"] and storage.exists(f"{run.info.artifact_uri}/result.json")
+    tags = checkpoint_tags(paths, result["run_id"])   # named by the start that sent them, once they landed
+    assert tags == {step: (f"{s3}/train/checkpoints/step-{step:08d}.pt",
+                           stored_digest(f"{s3}/train/checkpoints/step-{step:08d}.pt")) for step in (5, 10)}
