@@ -101,6 +101,7 @@ class StabilityConfig:
 class RemoteConfig:
     download_attempts: int
     drain_timeout_s: float
+    shared_staging: bool
 
 
 @dataclass(frozen=True)

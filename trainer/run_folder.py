@@ -7,7 +7,8 @@ once visible, handed to `storage.upload.Uploader`, which deletes the staged copy
 so `checkpoints/` in staging holds exactly the checkpoints not yet durable.  A sharded checkpoint's folder goes
 file by file, its SHA256SUMS last: the store lists it only once that object is there
 (trainer/checkpoint.py's `stored_checkpoints`).  The ranks write their shards into one staging folder, so a
-sharded run on a remote train_dir needs the ranks on one machine (or staging on a shared file system).  The lineage and result.json
+sharded run on a remote train_dir needs the ranks on one machine, or staging on a shared file system
+(`remote.shared_staging`; `check_staging` refuses a multi-node run without it).  The lineage and result.json
 are working files in staging, snapshotted into `outbox/` (the train_dir layout) to be uploaded at each
 checkpoint and at the end.  Training never waits for the store, except at the end (`close`), with a
 timeout; whatever is left stays in staging, is counted and logged, and the next start sends it.
@@ -31,6 +32,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 import storage
+from conf import ConfigError
 from storage import is_uri, join
 from storage.upload import Uploader, recover
 from trainer.checkpoint import (CHECKPOINT_NAME, SHARDED_NAME, SUMS, CheckpointError, checksum_path,
@@ -64,6 +66,21 @@ class RunFiles:
     def cache(self, manifest_sha: str) -> Path:
         # Per manifest: megatron's index cache key does not cover file contents.
         return self.out / "cache" / manifest_sha[:16]
+
+
+def check_staging(train_dir: str, sharded: bool, shared_staging: bool, environ=os.environ) -> None:
+    """Refuse a layout whose checkpoints could not be uploaded whole: sharded checkpoints on a remote train_dir,
+    ranks on several machines (torchrun's WORLD_SIZE over LOCAL_WORLD_SIZE) and staging that is not shared.  Each
+    node's ranks would write their shards into their own machine's staging, and rank 0 would upload a folder
+    missing the others' shards."""
+    world = int(environ.get("WORLD_SIZE", "1"))
+    local = int(environ.get("LOCAL_WORLD_SIZE", world))
+    if is_uri(train_dir) and sharded and world > local and not shared_staging:
+        raise ConfigError(
+            f"train_dir {train_dir} is in an object store and the {world} ranks span {world // max(1, local)} "
+            "machines: sharded checkpoints are staged in paths.train_staging before rank 0 uploads them, so that "
+            "must be one shared file system (then set remote.shared_staging=true); or set "
+            "schedule.checkpoint_format=gathered (rank 0 writes and uploads each checkpoint whole)")
 
 
 def staging_folder(staging_root: str, train_dir: str) -> Path:

@@ -40,7 +40,7 @@ from trainer.flops import bf16_peak, flops_per_token, mfu
 from trainer.model import count_parameters, padded_vocab_size, transformer_parameters
 from trainer.progress import Meter, Progress
 from trainer.stability import SpikeGuard, batch_index, insert_sorted
-from trainer.run_folder import FollowerFolder, RunFolder
+from trainer.run_folder import FollowerFolder, RunFolder, check_staging
 
 log = logging.getLogger("trainer")
 
@@ -63,12 +63,14 @@ RESUMABLE_CHANGES = ("schedule.log_interval", "schedule.checkpoint_interval", "s
 def train(cfg: TrainerConfig, paths: Paths, manifest_path: str | Path | None = None, out: str | Path | None = None,
           resume: bool = False, stop_after: int | None = None) -> dict[str, Any] | None:
     """Run (or resume) training; returns result.json's content, or None when stopped by `stop_after`."""
+    train_dir = str(out or paths.train_dir)
+    check_staging(train_dir, cfg.schedule.checkpoint_format == "sharded", cfg.remote.shared_staging)
     manifest = open_manifest(str(manifest_path or join(paths.shards_dir, "manifest.json")), paths.cache_dir,
                              cfg.remote.download_attempts)
     main = int(os.environ.get("RANK", "0")) == 0   # torchrun's; one process is rank 0
     tracking.enable(main)
-    folder = (RunFolder(str(out or paths.train_dir), paths.train_staging, cfg.schedule.keep_checkpoints) if main
-              else FollowerFolder(str(out or paths.train_dir), paths.train_staging))
+    folder = (RunFolder(train_dir, paths.train_staging, cfg.schedule.keep_checkpoints) if main
+              else FollowerFolder(train_dir, paths.train_staging))
     completed = False
     try:
         result = _train(cfg, paths, manifest, folder, resume, stop_after)

@@ -21,6 +21,7 @@ import torch
 from mlflow.tracking import MlflowClient
 
 import storage
+from conf import ConfigError
 from conf.paths import load_paths
 from conftest import TINY, mlflow_uri, tiny_config, tmp_paths
 from shardkit import build_shards
@@ -31,7 +32,7 @@ from trainer.input_cache import StagingReport, open_manifest
 from trainer.manifest import file_sha256
 from trainer.provenance import documents_seen
 from trainer.provenance import main as provenance_main
-from trainer.run_folder import staging_folder
+from trainer.run_folder import check_staging, staging_folder
 from trainer.train import main as train_main
 from trainer.train import train
 
@@ -381,3 +382,22 @@ def test_files_an_outage_keeps_from_the_store_stay_in_staging_and_go_on_the_next
     tags = checkpoint_tags(paths, result["run_id"])   # named by the start that sent them, once they landed
     assert tags == {step: (f"{s3}/train/checkpoints/step-{step:08d}.pt",
                            stored_digest(f"{s3}/train/checkpoints/step-{step:08d}.pt")) for step in (5, 10)}
+
+
+def test_sharded_checkpoints_in_a_bucket_need_shared_staging_once_the_ranks_span_machines(s3, tmp_path, monkeypatch):
+    # rank 0 of 4 ranks on 2 machines: refused before anything is downloaded, staged or started
+    monkeypatch.setenv("WORLD_SIZE", "4")
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
+    paths = s3_paths(tmp_path, s3)
+    refused = r"ranks span 2 machines.*remote.shared_staging=true.*checkpoint_format=gathered"
+    with pytest.raises(ConfigError, match=refused):
+        train(tiny_config(f"schedule.steps={STEPS}"), paths, manifest_path=f"{s3}/no-shards-yet/manifest.json")
+    assert not Path(paths.train_staging).exists() and not Path(paths.cache_dir).exists()
+    # what runs: one machine, gathered checkpoints, staging on a shared file system, a local train_dir
+    one_machine = {"WORLD_SIZE": "4", "LOCAL_WORLD_SIZE": "4"}
+    two_machines = {"WORLD_SIZE": "4", "LOCAL_WORLD_SIZE": "2"}
+    check_staging(f"{s3}/train", sharded=True, shared_staging=False, environ=one_machine)
+    check_staging(f"{s3}/train", sharded=False, shared_staging=False, environ=two_machines)
+    check_staging(f"{s3}/train", sharded=True, shared_staging=True, environ=two_machines)
+    check_staging(str(tmp_path / "train"), sharded=True, shared_staging=False, environ=two_machines)
+    check_staging(f"{s3}/train", sharded=True, shared_staging=False, environ={})
