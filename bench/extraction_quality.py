@@ -16,7 +16,8 @@ text scores 0 unless the page has no main content); trafilatura's snippet counts
 found is a true positive, a `without` snippet found a false positive, summed over pages); readability's
 expected article HTML as text, scored with WCXB's word F1.  The sets live in ../shared/data/extraction/
 (skips cleanly when absent).  Goals (issue 11, WCXB dev): F1 >= 0.97 on articles and >= 0.90 on the
-other types together, precision no lower than plain trafilatura's, >= 60 docs/s/core on articles.
+other types together, precision no lower than plain trafilatura's, >= 60 docs/s/core on articles (also checked
+as a ratio to plain trafilatura in the same run: the issue measured it at 67 docs/s, so >= 0.90x).
 """
 from __future__ import annotations
 
@@ -38,6 +39,9 @@ ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT.parent / "shared" / "data" / "extraction"
 SETS = ("wcxb_dev", "trafilatura_eval", "readability_testpages")
 GOALS = {"article_f1": 0.97, "mixed_f1": 0.90, "article_docs_per_s": 60.0}
+# The issue set 60 docs/s where plain trafilatura ran 67 docs/s on articles on its machine: the same goal as a ratio
+# to plain trafilatura measured here, in the same run, holds on any machine (a slow core lowers both alike).
+PLAIN_ARTICLES_DOCS_PER_S_AT_GOAL = 67.0
 
 
 @dataclass(frozen=True)
@@ -204,6 +208,9 @@ def print_goals(rows: dict) -> None:
               (f"mixed precision {mixed['ours'][0]:.3f} >= plain {mixed['plain'][0]:.3f}", mixed["ours"][0] >= mixed["plain"][0]),
               (f"articles {article['ours_docs_per_s']:.1f} docs/s >= {GOALS['article_docs_per_s']:.0f}",
                article["ours_docs_per_s"] >= GOALS["article_docs_per_s"])]
+    ratio, needed = (article["ours_docs_per_s"] / article["plain_docs_per_s"],
+                     GOALS["article_docs_per_s"] / PLAIN_ARTICLES_DOCS_PER_S_AT_GOAL)
+    checks.append((f"articles {ratio:.2f}x plain trafilatura's docs/s >= the goal's {needed:.2f}x", ratio >= needed))
     print("  goals: " + "; ".join(f"{text}: {'met' if ok else 'MISSED'}" for text, ok in checks))
 
 
