@@ -72,9 +72,10 @@ import argparse
 import dataclasses
 import gzip
 import logging
+import math
 import pickle
 import sys
-from collections import defaultdict
+from collections import Counter, defaultdict
 from importlib.metadata import version
 from pathlib import Path
 
@@ -235,9 +236,6 @@ def page_features(v: dict, job_text: str) -> list[float]:
     """What a page-level chooser sees, all of it cheap once the extractors ran: the job's words and lines, and per
     other extractor its words, their share of the job's, the words both keep (as a share of each) and its words
     per line; the hinted and the classified page type (as codes)."""
-    import math
-    from collections import Counter
-
     def bag(text):
         return Counter(text.lower().split())
     job_bag = bag(job_text)

@@ -35,9 +35,9 @@ import storage
 from conf import ConfigError
 from storage import is_uri, join
 from storage.upload import Uploader, recover
-from trainer.checkpoint import (CHECKPOINT_NAME, SHARDED_NAME, SUMS, CheckpointError, checksum_path,
-                                download_checkpoint, list_checkpoints, listed_checkpoints, remove_stored,
-                                save_checkpoint, stored_checkpoints, wait_for_saves)
+from trainer.checkpoint import (CHECKPOINT_NAME, SHARDED_NAME, SUMS, CheckpointError, checkpoint_step,
+                                checksum_path, download_checkpoint, list_checkpoints, listed_checkpoints,
+                                remove_stored, save_checkpoint, stored_checkpoints, wait_for_saves)
 from trainer.lineage import parse_lines
 
 log = logging.getLogger("trainer.run_folder")
@@ -148,7 +148,7 @@ class RunFolder:
             self._tell(on_stored, *args)
 
     def _announce(self, name: str, location: str, digest: str) -> None:
-        step = int(re.match(r"step-(\d+)", name).group(1))
+        step = checkpoint_step(Path(name))
         with self._announce_lock:
             on_stored = self._on_stored
             if on_stored is None:
@@ -197,7 +197,8 @@ class RunFolder:
         have landed."""
         digest = digest or _sidecar_digest(path)
         if digest:
-            self._landing[destination] = [digest, 2]
+            with self._announce_lock:
+                self._landing[destination] = [digest, 2]
 
     def _send_folder(self, path: Path, destination: str, digest: str | None) -> bool:
         """Upload a sharded checkpoint: its files and sidecar, then (all durable) its SHA256SUMS, which makes it a
