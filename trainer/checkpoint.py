@@ -5,7 +5,10 @@ optimizer, scheduler, progress (step, tokens, data position, run id) and rng.
 - gathered: `step-<step>.pt`, one `torch.save` file of the whole state, written by rank 0;
 - sharded (`schedule.checkpoint_format`): a folder `step-<step>/` that every rank writes its shards into
   through torch.distributed.checkpoint (parts with `sharded_state_dict`: trainer/sharded_state.py), each
-  rank's RNG states in `rng-<rank>.pt`, the rest in `common.pt`, and `SHA256SUMS` over every file.
+  rank's RNG states in `rng-<rank>.pt`, the rest in `common.pt`, and `SHA256SUMS` over every file.  With
+  staging per node (`per_node`: a bucket train_dir, ranks on several machines, no shared staging) each node's
+  folder holds only its ranks' files: rank 0's SHA256SUMS lists them all (each node's local rank 0 hashes its
+  own and sends the lines), and every other node keeps its lines in `SHA256SUMS.rank-<rank>` for its upload.
 Both are written under a temporary name, fsynced, then renamed, so a run killed mid-save never leaves a
 half checkpoint behind; a sidecar `<name>.sha256` holds the file's (gathered) or SHA256SUMS's (sharded)
 sha256 and is verified on load.
@@ -36,6 +39,7 @@ log = logging.getLogger("trainer.checkpoint")
 CHECKPOINT_NAME = re.compile(r"^step-(\d{8})\.pt$")   # gathered: one file
 SHARDED_NAME = re.compile(r"^step-(\d{8})$")           # sharded: a folder
 SUMS, COMMON = "SHA256SUMS", "common.pt"
+NODE_SUMS = SUMS + ".rank-"   # + the rank (05d) of a node's local rank 0: that node's lines of SUMS (per-node staging)
 
 
 # Told a checkpoint's path and sha256 once it is visible (at once, or from the worker of an asynchronous save).
@@ -76,6 +80,11 @@ class RNGState:
 
 def _rank() -> int:
     return dist.get_rank() if dist.is_initialized() else 0
+
+
+def local_rank() -> int:
+    """The rank within this machine (torchrun's LOCAL_RANK; 0 in a single process)."""
+    return int(os.environ.get("LOCAL_RANK", "0"))
 
 
 def _layout() -> dict[str, int]:
@@ -160,14 +169,17 @@ def _sharded_parts(parts: dict[str, Stateful]) -> list[str]:
 
 
 def save_checkpoint(folder: Path, step: int, parts: dict[str, Stateful], meta: dict[str, Any],
-                    keep: int | None, sharded: bool | None = None, on_visible: OnVisible | None = None) -> Path | None:
+                    keep: int | None, sharded: bool | None = None, on_visible: OnVisible | None = None,
+                    per_node: bool = False) -> Path | None:
     """Write checkpoint `step` (every rank calls this), the checkpoint made visible last; then rank 0 deletes all
     but the newest `keep` (None: delete nothing) and calls `on_visible(path, sha256)`.  Sharded when the parts can
-    be and `sharded` (None: `schedule.checkpoint_format` in meta's config) says so.  Rank 0 returns the checkpoint's path, the others None."""
+    be and `sharded` (None: `schedule.checkpoint_format` in meta's config) says so; `per_node` when each machine
+    has its own `folder` (then every node's local rank 0 makes its part visible there and calls `on_visible` with
+    its part's path and the sha256 of its lines).  Rank 0 returns the checkpoint's path, the others None."""
     if sharded is None:   # as the run is configured (parts that cannot be sharded write the gathered format)
         sharded = meta.get("config", {}).get("schedule", {}).get("checkpoint_format", "sharded") == "sharded"
     if sharded and _sharded_parts(parts):
-        return _save_sharded(folder, step, parts, meta, keep, on_visible)
+        return _save_sharded(folder, step, parts, meta, keep, on_visible, per_node)
     elif _rank() != 0:
         for part in parts.values():   # gathering the whole state is collective: every rank takes part
             part.state_dict()
@@ -251,10 +263,11 @@ def wait_for_saves() -> None:
 
 
 def _save_sharded(folder: Path, step: int, parts: dict[str, Stateful], meta: dict[str, Any],
-                  keep: int | None, on_visible: OnVisible | None = None) -> Path | None:
+                  keep: int | None, on_visible: OnVisible | None = None, per_node: bool = False) -> Path | None:
     """`step-<step>/`: every rank writes its shards and RNG states into `step-<step>.partial/`, rank 0 the common
-    state and SHA256SUMS, then renames the folder into place.  With `schedule.checkpoint_async` (except the run's
-    last step) the shards are written by DCP's async_save from a snapshot while training goes on."""
+    state and SHA256SUMS, then renames the folder into place (per node: `_finish`).  With
+    `schedule.checkpoint_async` (except the run's last step) the shards are written by DCP's async_save from a
+    snapshot while training goes on."""
     from torch.distributed.checkpoint import FileSystemWriter, async_save, save
 
     schedule = meta.get("config", {}).get("schedule", {})
@@ -263,7 +276,8 @@ def _save_sharded(folder: Path, step: int, parts: dict[str, Stateful], meta: dic
     target = checkpoint_path(folder, step, sharded=True)
     staged = folder / f"{target.name}.partial"
     rank, distributed = _rank(), dist.is_initialized() and dist.get_world_size() > 1
-    if rank == 0:
+    per_node = per_node and distributed
+    if rank == 0 or (per_node and local_rank() == 0):   # each machine's folder is made ready by one of its ranks
         folder.mkdir(parents=True, exist_ok=True)
         shutil.rmtree(staged, ignore_errors=True)   # left by a run killed mid-save
         staged.mkdir()
@@ -281,16 +295,38 @@ def _save_sharded(folder: Path, step: int, parts: dict[str, Stateful], meta: dic
         common |= {"meta": meta, "sharded": extra, "layout": _layout()}
         _write_durably(staged / COMMON, lambda f: torch.save(common, f))
     writer = FileSystemWriter(str(staged), sync_files=True)
+    group = ASYNC_SAVES.process_group() if dist.is_initialized() else None
     if not asynchronous:
         save(state, storage_writer=writer)
+        _finish(staged, target, keep, on_visible, per_node, group)
+        return target if rank == 0 else None
+    written = async_save(state, storage_writer=writer, process_group=group)
+    # every rank's future resolves once every rank's shards and the metadata are written: then it can be published
+    ASYNC_SAVES.pending = ASYNC_SAVES.publisher.submit(
+        lambda: (written.result(), _finish(staged, target, keep, on_visible, per_node, group)))
+    return target if rank == 0 else None
+
+
+def _finish(staged: Path, target: Path, keep: int | None, on_visible: OnVisible | None, per_node: bool,
+            group) -> None:
+    """Make a written checkpoint visible: rank 0 publishes it.  Per node, each node's local rank 0 first hashes
+    the files its node wrote and every rank learns those lines (a collective on the checkpoint group); rank 0's
+    SHA256SUMS lists every node's files, and the other nodes make their parts visible with their own lines."""
+    rank = _rank()
+    if not per_node:
         if rank == 0:
             _publish(staged, target, keep, on_visible)
-        return target if rank == 0 else None
-    written = async_save(state, storage_writer=writer, process_group=ASYNC_SAVES.process_group())
-    # rank 0's future resolves once every rank's shards and the metadata are written: then it can be published
-    ASYNC_SAVES.pending = ASYNC_SAVES.publisher.submit(
-        lambda: (written.result(), rank == 0 and _publish(staged, target, keep, on_visible)))
-    return target if rank == 0 else None
+        return
+    mine = _sums(staged) if local_rank() == 0 else ""
+    lines: list[Any] = [None] * dist.get_world_size(group)
+    dist.all_gather_object(lines, (rank, mine), group=group)
+    if rank == 0:
+        _publish(staged, target, keep, on_visible, elsewhere="".join(text for r, text in lines if r != 0))
+    elif mine:
+        _write_durably(staged / f"{NODE_SUMS}{rank:05d}", lambda f: f.write(mine.encode()))
+        storage.fsync_dir(staged)
+        _make_visible(staged, target)
+        _tell(on_visible, target, hashlib.sha256(mine.encode()).hexdigest())
 
 
 def _sums(folder: Path) -> str:
@@ -298,14 +334,25 @@ def _sums(folder: Path) -> str:
                    if p.is_file() and p.name != SUMS)
 
 
-def _publish(staged: Path, target: Path, keep: int | None, on_visible: OnVisible | None = None) -> None:
-    """SHA256SUMS over every file of `staged`, the sidecar, then `staged` renamed to `target`, all fsynced; then
-    all but the newest `keep` checkpoints deleted, and `on_visible` told."""
+def _publish(staged: Path, target: Path, keep: int | None, on_visible: OnVisible | None = None,
+             elsewhere: str = "") -> None:
+    """SHA256SUMS over every file of `staged` (and the lines of files that other nodes hold, `elsewhere`), the
+    sidecar, then `staged` renamed to `target`, all fsynced; then all but the newest `keep` checkpoints deleted,
+    and `on_visible` told."""
     sums = _sums(staged)
+    if elsewhere:   # one list, by name, whichever machine holds each file
+        sums = "".join(sorted((sums + elsewhere).splitlines(keepends=True), key=lambda line: line.split("  ", 1)[1]))
     _write_durably(staged / SUMS, lambda f: f.write(sums.encode()))
     storage.fsync_dir(staged)
     digest = hashlib.sha256(sums.encode()).hexdigest()
     _write_durably(checksum_path(target), lambda f: f.write(f"{digest}  {target.name}/{SUMS}\n".encode()))
+    _make_visible(staged, target)
+    log.info("checkpoint %s written (sha256 of %s %s)", target, SUMS, digest[:12])
+    _prune(target.parent, keep)
+    _tell(on_visible, target, digest)
+
+
+def _make_visible(staged: Path, target: Path) -> None:
     if target.exists():   # the same step written again (after a rollback): the old copy goes first
         aside = target.with_name(target.name + ".old")
         shutil.rmtree(aside, ignore_errors=True)
@@ -313,9 +360,6 @@ def _publish(staged: Path, target: Path, keep: int | None, on_visible: OnVisible
         shutil.rmtree(aside)
     os.replace(staged, target)
     storage.fsync_dir(target.parent)
-    log.info("checkpoint %s written (sha256 of %s %s)", target, SUMS, digest[:12])
-    _prune(target.parent, keep)
-    _tell(on_visible, target, digest)
 
 
 def checkpoint_sha256(path: Path) -> str:

@@ -10,6 +10,7 @@ draws exactly the batches the killed one would have.
 """
 from __future__ import annotations
 
+import contextlib
 import logging
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -24,6 +25,7 @@ from megatron.core.datasets.gpt_dataset import GPTDataset, GPTDatasetConfig
 from megatron.core.datasets.megatron_tokenizer import MegatronLegacyTokenizer
 
 from trainer.config import TrainerConfig
+from trainer.mcore_patches import MACHINE_CACHE_PATCHES, applied
 from trainer.manifest import Manifest, ManifestError, read_doc_ids, read_sources
 
 log = logging.getLogger(__name__)
@@ -174,8 +176,10 @@ def dataset_config(cfg: TrainerConfig, manifest: Manifest, cache_dir: Path,
     )
 
 
-def build_datasets(cfg: TrainerConfig, manifest: Manifest, cache_dir: Path) -> Datasets:
+def build_datasets(cfg: TrainerConfig, manifest: Manifest, cache_dir: Path, per_machine: bool = False) -> Datasets:
     """Per stage of the manifest, one GPTDataset per shard, one epoch of each split blended by megatron's builder.
+    megatron's rank 0 writes the index arrays to `cache_dir` and the other ranks read them there; `per_machine`
+    when each machine has a `cache_dir` of its own: then each machine's first rank writes them (mcore_patches).
 
     A staged mix (SEAMS §4: a broad mix, then a high-quality annealing one) is trained in order: every stage
     but the last covers one epoch of its samples, the export having sized each stage's tokens; the last
@@ -185,9 +189,10 @@ def build_datasets(cfg: TrainerConfig, manifest: Manifest, cache_dir: Path) -> D
     _check_valid_split(cfg, manifest, evaluate)
     stages, valid, start = [], None, 0
     for k, stage in enumerate(manifest.stages):
-        train, stage_valid, _ = BlendedMegatronDatasetBuilder(
-            GPTDataset, [None, None, None], lambda: True,
-            dataset_config(cfg, manifest, cache_dir, list(stage.shard_ids))).build()
+        with applied(MACHINE_CACHE_PATCHES) if per_machine else contextlib.nullcontext():
+            train, stage_valid, _ = BlendedMegatronDatasetBuilder(
+                GPTDataset, [None, None, None], lambda: True,
+                dataset_config(cfg, manifest, cache_dir, list(stage.shard_ids))).build()
         if train is None or len(train) == 0:
             tokens = sum(manifest.shards[i].tokens for i in stage.shard_ids)
             raise ManifestError(f"stage {stage.name!r} of the shards holds no training sample of "

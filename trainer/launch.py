@@ -20,7 +20,6 @@ from pathlib import Path
 from conf import ConfigError, split_paths_overrides
 from conf.paths import load_paths
 from trainer.config import load_trainer_config
-from trainer.run_folder import check_staging
 
 TEMPLATES = Path(__file__).resolve().parents[1] / "deploy" / "trainer"
 
@@ -59,11 +58,9 @@ def check_overrides(launch: Launch) -> None:
     """The settings must load as trainer.train will load them, and the layout must fill the world."""
     trainer_overrides, path_overrides = split_paths_overrides(list(launch.overrides))
     cfg = load_trainer_config([*trainer_overrides, "backend=cuda"])
-    paths = load_paths(path_overrides)
+    load_paths(path_overrides)   # they must load as trainer.train will load them
     p = cfg.parallel
     world = launch.nodes * launch.gpus_per_node
-    check_staging(paths.train_dir, cfg.schedule.checkpoint_format == "sharded", cfg.remote.shared_staging,
-                  environ={"WORLD_SIZE": world, "LOCAL_WORLD_SIZE": launch.gpus_per_node})
     if p.tp * p.pp * p.cp * p.dp != world:
         raise ConfigError(f"parallel tp*pp*cp*dp = {p.tp}*{p.pp}*{p.cp}*{p.dp} = {p.tp * p.pp * p.cp * p.dp}, but "
                           f"{launch.nodes} nodes x {launch.gpus_per_node} GPUs = {world} ranks; "

@@ -12,6 +12,7 @@ import functools
 import importlib
 import inspect
 import operator
+import os
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
@@ -155,6 +156,29 @@ class _CudaCopiesStayOnCpu(torch.overrides.TorchFunctionMode):
         return func(*args, **(kwargs or {}))
 
 
+class _MachineDistributed:
+    """torch.distributed, but `get_rank()` is the rank within this machine (torchrun's LOCAL_RANK)."""
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(torch.distributed, name)
+
+    @staticmethod
+    def get_rank(group=None) -> int:
+        return int(os.environ.get("LOCAL_RANK", "0"))
+
+
+class MachineRankTorch:
+    """`torch` as megatron's dataset modules see it when each machine has an index cache of its own: their
+    "rank 0 builds and caches, the others read the cache after a barrier" runs per machine."""
+    distributed = _MachineDistributed()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(torch, name)
+
+
+MACHINE_RANK_TORCH = MachineRankTorch()
+
+
 def _original_setup_embeddings():
     from megatron.core.models.common.language_module.language_module import LanguageModule
     return LanguageModule.__dict__["setup_embeddings_and_output_layer"]
@@ -218,6 +242,15 @@ ROW_PARALLEL_TP_GROUP = Patch(
     _tp_group_or_default,
     "RowParallelLinear passes no tp_group and megatron warns on every call, a torch.compile graph break")
 
+# megatron builds a dataset's index arrays (document, sample and shuffle indices; a blend's indices) on global rank 0,
+# caches them in path_to_cache, and has every other rank read that cache after a barrier: a cache that is not one
+# shared folder (each machine stages its own, trainer/run_folder.py) needs each machine's first rank to build it.
+MACHINE_CACHE_PATCHES = tuple(
+    Patch(f"machine_cache_{short}", f"megatron.core.datasets.{module}", "torch", MACHINE_RANK_TORCH,
+          f"{what} builds its indices on global rank 0 only; the other ranks read its cache after a barrier")
+    for short, module, what in (("builder", "blended_megatron_dataset_builder", "BlendedMegatronDatasetBuilder"),
+                                ("gpt", "gpt_dataset", "GPTDataset"), ("blend", "blended_dataset", "BlendedDataset")))
+
 OPTIMIZER_PATCHES = (FOREACH_L2_NORM, FOREACH_SCALE_CLIP, FOREACH_SCALE_COPY)
 COMPILE_PATCHES = (ROW_PARALLEL_TP_GROUP,)
 
@@ -237,6 +270,8 @@ def still_needed(patch: Patch) -> bool:
     if patch in (CPU_P2P_BUFFERS, CPU_SCHEDULE_TOKENS):
         source = inspect.getsource(importlib.import_module(patch.module))
         return "torch.cuda.current_device()" in source or 'device="cuda"' in source
+    if patch in MACHINE_CACHE_PATCHES:
+        return "torch.distributed.get_rank()" in inspect.getsource(importlib.import_module(patch.module))
     if patch is CPU_TIED_EMBEDDING:
         return ".cuda()" in inspect.getsource(_SETUP_EMBEDDINGS)
     if patch in CPU_PATCHES:

@@ -6,9 +6,11 @@ under `<paths.train_staging>/<train_dir as a folder name>/`: a checkpoint is sav
 once visible, handed to `storage.upload.Uploader`, which deletes the staged copy only once the store holds it,
 so `checkpoints/` in staging holds exactly the checkpoints not yet durable.  A sharded checkpoint's folder goes
 file by file, its SHA256SUMS last: the store lists it only once that object is there
-(trainer/checkpoint.py's `stored_checkpoints`).  The ranks write their shards into one staging folder, so a
-sharded run on a remote train_dir needs the ranks on one machine, or staging on a shared file system
-(`remote.shared_staging`; `check_staging` refuses a multi-node run without it).  The lineage and result.json
+(trainer/checkpoint.py's `stored_checkpoints`).  When the ranks span machines and staging is not one shared file
+system (`remote.shared_staging: false`), each machine stages its own ranks' shards (`node_staging`): its local
+rank 0 uploads them (`NodeFolder`) and, last, the lines of SHA256SUMS for them (`SHA256SUMS.rank-<rank>`); rank 0
+uploads SHA256SUMS only once every other node's files are in the store as those lines say, and on resume every
+node downloads the checkpoint it reads (`localize`).  The lineage and result.json
 are working files in staging, snapshotted into `outbox/` (the train_dir layout) to be uploaded at each
 checkpoint and at the end.  Training never waits for the store, except at the end (`close`), with a
 timeout; whatever is left stays in staging, is counted and logged, and the next start sends it.
@@ -32,12 +34,11 @@ from pathlib import Path
 from typing import Any, Callable
 
 import storage
-from conf import ConfigError
 from storage import is_uri, join
 from storage.upload import Uploader, recover
-from trainer.checkpoint import (CHECKPOINT_NAME, SHARDED_NAME, SUMS, CheckpointError, checkpoint_step,
+from trainer.checkpoint import (CHECKPOINT_NAME, NODE_SUMS, SHARDED_NAME, SUMS, CheckpointError, checkpoint_step,
                                 checksum_path, download_checkpoint, list_checkpoints, listed_checkpoints,
-                                remove_stored, save_checkpoint, stored_checkpoints, wait_for_saves)
+                                read_checkpoint, remove_stored, save_checkpoint, stored_checkpoints, wait_for_saves)
 from trainer.lineage import parse_lines
 
 log = logging.getLogger("trainer.run_folder")
@@ -68,19 +69,17 @@ class RunFiles:
         return self.out / "cache" / manifest_sha[:16]
 
 
-def check_staging(train_dir: str, sharded: bool, shared_staging: bool, environ=os.environ) -> None:
-    """Refuse a layout whose checkpoints could not be uploaded whole: sharded checkpoints on a remote train_dir,
-    ranks on several machines (torchrun's WORLD_SIZE over LOCAL_WORLD_SIZE) and staging that is not shared.  Each
-    node's ranks would write their shards into their own machine's staging, and rank 0 would upload a folder
-    missing the others' shards."""
+def staging_per_machine(train_dir: str, shared_staging: bool, environ=os.environ) -> bool:
+    """Whether each machine has a staging folder of its own: a remote train_dir, ranks on several machines
+    (torchrun's WORLD_SIZE over LOCAL_WORLD_SIZE) and `paths.train_staging` not one shared file system."""
     world = int(environ.get("WORLD_SIZE", "1"))
     local = int(environ.get("LOCAL_WORLD_SIZE", world))
-    if is_uri(train_dir) and sharded and world > local and not shared_staging:
-        raise ConfigError(
-            f"train_dir {train_dir} is in an object store and the {world} ranks span {world // max(1, local)} "
-            "machines: sharded checkpoints are staged in paths.train_staging before rank 0 uploads them, so that "
-            "must be one shared file system (then set remote.shared_staging=true); or set "
-            "schedule.checkpoint_format=gathered (rank 0 writes and uploads each checkpoint whole)")
+    return is_uri(train_dir) and world > local and not shared_staging
+
+
+def node_staging(train_dir: str, sharded: bool, shared_staging: bool, environ=os.environ) -> bool:
+    """Whether each machine stages and uploads its own ranks' shards: sharded checkpoints, staging per machine."""
+    return sharded and staging_per_machine(train_dir, shared_staging, environ)
 
 
 def staging_folder(staging_root: str, train_dir: str) -> Path:
@@ -92,8 +91,11 @@ def staging_folder(staging_root: str, train_dir: str) -> Path:
 class RunFolder:
     """A run's checkpoints, lineage and result: written in `files` (local), kept in `home` (train_dir)."""
 
-    def __init__(self, train_dir: str, staging_root: str, keep_checkpoints: int) -> None:
+    def __init__(self, train_dir: str, staging_root: str, keep_checkpoints: int, per_node: bool = False,
+                 wait_s: float = 300.0) -> None:
         self.home = train_dir
+        self.per_node = per_node   # the other machines stage and upload their own shards (`node_staging`)
+        self.wait_s = wait_s   # per node: how long a resume waits for a staged checkpoint to be stored
         self.remote = is_uri(train_dir)
         self.keep = keep_checkpoints
         self.files = RunFiles(staging_folder(staging_root, train_dir) if self.remote else Path(train_dir))
@@ -102,7 +104,8 @@ class RunFolder:
         self._published: dict[str, tuple[int, int]] = {}   # (size, mtime) of each file's last queued snapshot
         self._written: set[str] = set()   # working files this process writes (and so sends at the end)
         self._prune_lock = threading.Lock()
-        self._folder_uploads: list[Future] = []   # sharded checkpoints on their way, one folder at a time
+        self._folder_uploads: dict[str, Future] = {}   # sharded checkpoints on their way (by name), one at a time
+        self._closing = threading.Event()   # set when `close` stops waiting for other nodes' shards
         self._on_stored: Callable[[int, str, str], None] | None = None
         self._unannounced: list[tuple[int, str, str]] = []   # stored before anyone asked to hear of it
         self._announce_lock = threading.Lock()
@@ -178,7 +181,8 @@ class RunFolder:
         if not self.remote:
             return str(save_checkpoint(self.files.checkpoints, step, parts, meta, self.keep, on_visible=visible))
         # Staged copies leave only by upload; the store keeps the newest `keep` (pruned as uploads land).
-        path = save_checkpoint(self.files.checkpoints, step, parts, meta, keep=None, on_visible=visible)
+        path = save_checkpoint(self.files.checkpoints, step, parts, meta, keep=None, on_visible=visible,
+                               per_node=self.per_node)
         self.publish(LINEAGE, wait_s=None)
         return self.location(f"checkpoints/{path.name}")
 
@@ -186,7 +190,7 @@ class RunFolder:
         """Queue a visible staged checkpoint for upload: a file with its sidecar, or a sharded folder."""
         destination = self.location(f"checkpoints/{path.name}")
         if path.is_dir():
-            self._folder_uploads.append(self._folder_sender.submit(self._send_folder, path, destination, digest))
+            self._folder_uploads[path.name] = self._folder_sender.submit(self._send_folder, path, destination, digest)
         else:
             self._expect(destination, path, digest)
             self.uploader.submit(checksum_path(path), destination + ".sha256")
@@ -209,14 +213,7 @@ class RunFolder:
         files = [p for p in sorted(path.rglob("*")) if p.is_file() and p.name != SUMS]
         uploads = [self.uploader.submit(p, join(destination, *p.relative_to(path).parts), keep_local=True)
                    for p in files] + [self.uploader.submit(sidecar, destination + ".sha256", keep_local=True)]
-
-        def durable(upload: Future) -> bool:
-            try:
-                return bool(upload.result())
-            except Exception:  # noqa: BLE001  (cancelled when the run ends first: it stays staged)
-                return False
-
-        if not all([durable(u) for u in uploads]) or not durable(
+        if not all([_durable(u) for u in uploads]) or not self._other_nodes_stored(path, destination) or not _durable(
                 self.uploader.submit(path / SUMS, join(destination, SUMS), keep_local=True)):
             log.error("checkpoint %s is not (wholly) in %s yet; it stays in staging and the next start sends it",
                       path.name, destination)
@@ -226,6 +223,37 @@ class RunFolder:
         if digest:
             self._announce(path.name, destination, digest)
         self._prune_store()
+        return True
+
+    def _other_nodes_stored(self, path: Path, destination: str) -> bool:
+        """Per node: wait until the store holds every file of SHA256SUMS that this machine lacks, as the other nodes'
+        `SHA256SUMS.rank-*` (uploaded after their files) list them; False once `close` stops waiting."""
+        if not self.per_node:
+            return True
+        wanted = {}
+        for line in (path / SUMS).read_text().splitlines():
+            digest, name = line.split("  ", 1)
+            if not (path / name).is_file():
+                wanted[name] = digest
+        delay, began = 0.2, time.monotonic()
+        while wanted:
+            try:
+                for entry in storage.listdir(destination):
+                    if entry.rsplit("/", 1)[-1].startswith(NODE_SUMS):
+                        for line in storage.read_text(entry).splitlines():
+                            digest, name = line.split("  ", 1)
+                            if wanted.get(name) == digest:
+                                del wanted[name]
+            except Exception as exc:  # noqa: BLE001  (any client error: look again)
+                log.warning("could not list %s (%s: %s); looking again", destination, type(exc).__name__, exc)
+            if wanted and self._closing.wait(delay):
+                log.error("checkpoint %s: %d file(s) of other nodes are not in %s yet (%s...)", path.name,
+                          len(wanted), destination, ", ".join(sorted(wanted)[:3]))
+                return False
+            delay = min(delay * 2, 5.0)
+        if time.monotonic() - began > 1:
+            log.info("checkpoint %s: the other nodes' files were stored after %.1f s", path.name,
+                     time.monotonic() - began)
         return True
 
     def local_copy(self, checkpoint: str) -> tuple[Path, bool]:
@@ -238,6 +266,10 @@ class RunFolder:
         target = self.files.out / "downloads" / name
         target.parent.mkdir(parents=True, exist_ok=True)
         if SHARDED_NAME.match(name):
+            if self.per_node:   # the staged folder holds this machine's files only: read it from the store
+                self._wait_for_folder(name)
+                _drop_downloads(target.parent)
+                return download_folder(checkpoint, target), False
             return self._folder_copy(checkpoint, target), False
         target.unlink(missing_ok=True)
         self._fetch_checksum(checkpoint, checksum_path(target))
@@ -257,10 +289,22 @@ class RunFolder:
                  time.perf_counter() - began)
         return target, True
 
+    def _wait_for_folder(self, name: str) -> None:
+        """Per node: a staged checkpoint (this start sends an earlier one's leftovers) is read once it is stored."""
+        upload = self._folder_uploads.get(name)
+        if upload is not None and not upload.done():
+            log.info("checkpoint %s: waiting for it to be stored before reading it", name)
+            try:
+                upload.result(timeout=self.wait_s)
+            except Exception:  # noqa: BLE001  (not stored in time: reading it fails, the one before it is tried)
+                pass
+
+    def localize(self, found: tuple[str, dict[str, Any]] | None) -> tuple[str, dict[str, Any]] | None:
+        """The checkpoint rank 0 read, as this rank reads it: per node, from its machine's copy (collective)."""
+        return _localized(self, found, fetch=False) if self.per_node else found
+
     def _folder_copy(self, checkpoint: str, target: Path) -> Path:
-        for old in target.parent.iterdir():   # an earlier resume's download
-            if SHARDED_NAME.match(old.name) and old.is_dir():
-                shutil.rmtree(old)
+        _drop_downloads(target.parent)
         staged = self.files.checkpoints / target.name
         try:   # hard links (else copies) of the staged folder: the upload deletes it once the store holds it
             shutil.copytree(staged, target, copy_function=_link_or_copy)
@@ -270,17 +314,7 @@ class RunFolder:
         except (FileNotFoundError, shutil.Error):   # not staged (any more): it is in the store
             pass
         shutil.rmtree(target, ignore_errors=True)
-        began = time.perf_counter()
-        try:
-            download_checkpoint(checkpoint, target)
-        except FileNotFoundError as exc:
-            raise CheckpointError(f"{checkpoint} is not whole in the store ({exc})") from exc
-        except Exception as exc:  # noqa: BLE001  (any client error: say which object and what to check)
-            raise CheckpointError(f"cannot download {checkpoint} ({type(exc).__name__}: {exc}); check that the "
-                                  "store is reachable (conf/storage.yaml) and resume again") from exc
-        log.info("downloaded %s (%.1f MiB) in %.1f s", checkpoint,
-                 sum(p.stat().st_size for p in target.rglob("*") if p.is_file()) / 2**20, time.perf_counter() - began)
-        return target
+        return download_folder(checkpoint, target)
 
     def _fetch_checksum(self, checkpoint: str, target: Path) -> None:
         """The checkpoint's sha256 sidecar beside its local copy, from staging or the store, if it has one."""
@@ -431,11 +465,12 @@ class RunFolder:
         for relative in sorted(self._written):
             if self._stale(relative):
                 self.publish(relative, wait_s=remaining())
-        for upload in self._folder_uploads:   # each queues its SHA256SUMS only when its other files are durable
+        for upload in list(self._folder_uploads.values()):   # each sends SHA256SUMS once its other files are stored
             try:
                 upload.result(timeout=remaining())
             except Exception:  # noqa: BLE001  (a timeout: that folder stays in staging)
                 pass
+        self._closing.set()
         pending = self.uploader.pending()
         if pending:
             log.info("waiting up to %.0f s for %d upload(s) to %s", remaining(), pending, self.home)
@@ -458,8 +493,15 @@ class RunFolder:
         found = (list(self.files.checkpoints.glob("step-*.pt")) + list(self.files.checkpoints.glob("step-*.sha256"))
                  + [f for d in self.files.checkpoints.glob("step-*") if SHARDED_NAME.match(d.name) for f in d.rglob("*")]
                  + list(self.outbox.rglob("*")))
-        return sorted(str(p.relative_to(self.files.out)) for p in found
-                      if p.is_file() and not p.name.startswith("."))
+        return sorted(str(p.relative_to(self.files.out)) for p in found   # not an outbox snapshot being made
+                      if p.is_file() and not (p.name.startswith(".") and p.name.endswith(".tmp")))
+
+
+def _durable(upload: Future) -> bool:
+    try:
+        return bool(upload.result())
+    except Exception:  # noqa: BLE001  (cancelled when the run ends first: it stays staged)
+        return False
 
 
 def _link_or_copy(src: str, dst: str) -> None:
@@ -478,17 +520,69 @@ def _steps_below(lineage: Path, before_step: int) -> int:
         return len({r["step"] for r in parse_lines(handle, str(lineage)) if r["step"] < before_step})
 
 
+def download_folder(checkpoint: str, target: Path) -> Path:
+    """A stored sharded checkpoint copied to `target` (read_checkpoint verifies it); CheckpointError if it cannot be."""
+    began = time.perf_counter()
+    try:
+        download_checkpoint(checkpoint, target)
+    except FileNotFoundError as exc:
+        raise CheckpointError(f"{checkpoint} is not whole in the store ({exc})") from exc
+    except Exception as exc:  # noqa: BLE001  (any client error: say which object and what to check)
+        raise CheckpointError(f"cannot download {checkpoint} ({type(exc).__name__}: {exc}); check that the "
+                              "store is reachable (conf/storage.yaml) and resume again") from exc
+    log.info("downloaded %s (%.1f MiB) in %.1f s", checkpoint,
+             sum(p.stat().st_size for p in target.rglob("*") if p.is_file()) / 2**20, time.perf_counter() - began)
+    return target
+
+
+def _drop_downloads(folder: Path) -> None:
+    """An earlier resume's sharded downloads: a checkpoint is read from the one folder a resume downloads."""
+    for old in folder.iterdir() if folder.is_dir() else ():
+        if SHARDED_NAME.match(old.name) and old.is_dir():
+            shutil.rmtree(old)
+
+
+def _localized(folder, found: tuple[str, dict[str, Any]] | None, fetch: bool) -> tuple[str, dict[str, Any]] | None:
+    """Per node (every rank calls this): the checkpoint rank 0 read, with its sharded parts read from this machine's
+    `downloads/` copy, which the node's local rank 0 (`fetch`) downloads and verifies first.  Every rank learns
+    whether every node has its copy; if one has not, all raise CheckpointError together."""
+    import torch.distributed as dist
+
+    if found is None or not SHARDED_NAME.match(found[0].rsplit("/", 1)[-1]):
+        return found   # nothing to read, or a gathered checkpoint: rank 0 read it whole and sent it
+    location, payload = found
+    target = folder.files.out / "downloads" / location.rsplit("/", 1)[-1]
+    problem = ""
+    if fetch:
+        try:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            _drop_downloads(target.parent)
+            read_checkpoint(download_folder(location, target))   # every file checked against SHA256SUMS
+        except CheckpointError as exc:
+            problem = str(exc)
+    problems: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(problems, problem)
+    if any(problems):
+        raise CheckpointError("a node could not copy the checkpoint to resume from: "
+                              + "; ".join(p for p in problems if p))
+    from trainer.sharded_state import ShardedRef
+    return location, {k: ShardedRef(str(target), v.part, v.extra) if isinstance(v, ShardedRef) else v
+                      for k, v in payload.items()}
+
+
 class FollowerFolder:
     """The run folder as every rank but 0 sees it: the same paths, no reading, writing or uploading.
 
     Rank 0 lists, reads and writes checkpoints, lineage and result.json; the others take part in
     gathering a checkpoint's state (its parts' state_dict calls are collectives) and receive what
-    rank 0 reads (trainer/train.py broadcasts it).
+    rank 0 reads (trainer/train.py broadcasts it).  Per node, every rank reads it from its machine's copy, which
+    that machine's local rank 0 (a `NodeFolder`) downloads.
     """
 
-    def __init__(self, train_dir: str, staging_root: str) -> None:
+    def __init__(self, train_dir: str, staging_root: str, per_node: bool = False) -> None:
         self.home = train_dir
         self.remote = is_uri(train_dir)
+        self.per_node = per_node
         self.files = RunFiles(staging_folder(staging_root, train_dir) if self.remote else Path(train_dir))
         self.lineage_location = ""
 
@@ -503,7 +597,10 @@ class FollowerFolder:
 
     def save_checkpoint(self, step: int, parts: dict[str, Any], meta: dict[str, Any]) -> None:
         # every rank writes its shards (sharded format) or takes part in gathering the whole state
-        save_checkpoint(self.files.checkpoints, step, parts, meta, keep=None)
+        save_checkpoint(self.files.checkpoints, step, parts, meta, keep=None, per_node=self.per_node)
+
+    def localize(self, found: tuple[str, dict[str, Any]] | None) -> tuple[str, dict[str, Any]] | None:
+        return _localized(self, found, fetch=False) if self.per_node else found
 
     def prepare_lineage(self, before_step: int) -> None:
         return None
@@ -516,6 +613,66 @@ class FollowerFolder:
 
     def close(self, timeout_s: float) -> None:
         return None
+
+
+class NodeFolder(FollowerFolder):
+    """Per node, the local rank 0 of every machine but rank 0's: it uploads its machine's part of each sharded
+    checkpoint (its files, then `SHA256SUMS.rank-<rank>`, their lines of SHA256SUMS) and deletes the part once the
+    store holds it; a part left by an earlier start goes first.  Rank 0 lists the checkpoint (uploads SHA256SUMS)
+    only once every node's part is stored.  On resume it downloads the checkpoint for its machine's ranks."""
+
+    def __init__(self, train_dir: str, staging_root: str) -> None:
+        super().__init__(train_dir, staging_root, per_node=True)
+        self.uploader = Uploader(name="node-upload")
+        self._sender = ThreadPoolExecutor(max_workers=1, thread_name_prefix="node-upload-parts")
+        self._parts: list[Future] = []
+        for partial in self.files.checkpoints.glob("step-*.partial"):   # saves killed before they were complete
+            shutil.rmtree(partial, ignore_errors=True)
+        left = [p for p in listed_checkpoints(self.files.checkpoints) if p.is_dir()]
+        for part in left:
+            self._send(part)
+        if left:
+            log.warning("%d checkpoint part(s) an earlier run left in %s are being uploaded to %s", len(left),
+                        self.files.checkpoints, self.home)
+
+    def save_checkpoint(self, step: int, parts: dict[str, Any], meta: dict[str, Any]) -> None:
+        save_checkpoint(self.files.checkpoints, step, parts, meta, keep=None, per_node=True,
+                        on_visible=lambda path, digest: self._send(path))
+
+    def _send(self, part: Path) -> None:
+        self._parts.append(self._sender.submit(self._send_part, part, self.location(f"checkpoints/{part.name}")))
+
+    def _send_part(self, part: Path, destination: str) -> bool:
+        lines = sorted(part.glob(NODE_SUMS + "*"))
+        files = [p for p in sorted(part.rglob("*")) if p.is_file() and p not in lines]
+        uploads = [self.uploader.submit(p, join(destination, *p.relative_to(part).parts), keep_local=True)
+                   for p in files]
+        if not lines or not all([_durable(u) for u in uploads]) or not _durable(
+                self.uploader.submit(lines[0], join(destination, lines[0].name), keep_local=True)):
+            log.error("this node's part of checkpoint %s is not (wholly) in %s yet; it stays in %s and the next "
+                      "start sends it", part.name, destination, part.parent)
+            return False
+        shutil.rmtree(part)
+        return True
+
+    def localize(self, found: tuple[str, dict[str, Any]] | None) -> tuple[str, dict[str, Any]] | None:
+        return _localized(self, found, fetch=True)
+
+    def close(self, timeout_s: float) -> None:
+        if timeout_s > 0:
+            wait_for_saves()
+        deadline = time.monotonic() + timeout_s
+        for part in self._parts:
+            try:
+                part.result(timeout=max(0.0, deadline - time.monotonic()))
+            except Exception:  # noqa: BLE001  (a timeout: that part stays in staging)
+                pass
+        self.uploader.close(timeout_s=max(0.0, deadline - time.monotonic()))
+        self._sender.shutdown(wait=True, cancel_futures=True)
+        left = [p for d in listed_checkpoints(self.files.checkpoints) if d.is_dir() for p in d.rglob("*")]
+        if left:
+            log.error("%d file(s) of this node's checkpoint parts are not yet in %s and stay in %s; the next start "
+                      "uploads them", len(left), self.home, self.files.checkpoints)
 
 
 def _sidecar_digest(path: Path) -> str | None:

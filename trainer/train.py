@@ -26,7 +26,7 @@ from conf import ConfigError, as_dict, flatten, split_paths_overrides
 from conf.paths import Paths, join, load_paths
 from trainer import tracking
 from trainer.backend import open_backend
-from trainer.checkpoint import CheckpointError, RNGState, checksum_path, read_checkpoint, restore
+from trainer.checkpoint import CheckpointError, RNGState, checksum_path, local_rank, read_checkpoint, restore
 from trainer.config import TrainerConfig, load_trainer_config
 from trainer.data import build_datasets, eval_batches, stage_plan
 from trainer.downstream import Downstream, sentencepiece_encoder
@@ -40,7 +40,7 @@ from trainer.flops import bf16_peak, flops_per_token, mfu
 from trainer.model import count_parameters, padded_vocab_size, transformer_parameters
 from trainer.progress import Meter, Progress
 from trainer.stability import SpikeGuard, batch_index, insert_sorted
-from trainer.run_folder import FollowerFolder, RunFolder, check_staging
+from trainer.run_folder import FollowerFolder, NodeFolder, RunFolder, node_staging, staging_per_machine
 
 log = logging.getLogger("trainer")
 
@@ -64,13 +64,18 @@ def train(cfg: TrainerConfig, paths: Paths, manifest_path: str | Path | None = N
           resume: bool = False, stop_after: int | None = None) -> dict[str, Any] | None:
     """Run (or resume) training; returns result.json's content, or None when stopped by `stop_after`."""
     train_dir = str(out or paths.train_dir)
-    check_staging(train_dir, cfg.schedule.checkpoint_format == "sharded", cfg.remote.shared_staging)
+    per_node = node_staging(train_dir, cfg.schedule.checkpoint_format == "sharded", cfg.remote.shared_staging)
     manifest = open_manifest(str(manifest_path or join(paths.shards_dir, "manifest.json")), paths.cache_dir,
                              cfg.remote.download_attempts)
     main = int(os.environ.get("RANK", "0")) == 0   # torchrun's; one process is rank 0
     tracking.enable(main)
-    folder = (RunFolder(train_dir, paths.train_staging, cfg.schedule.keep_checkpoints) if main
-              else FollowerFolder(train_dir, paths.train_staging))
+    if main:
+        folder = RunFolder(train_dir, paths.train_staging, cfg.schedule.keep_checkpoints, per_node,
+                           wait_s=cfg.remote.drain_timeout_s)
+    elif per_node and local_rank() == 0:   # this machine stages and uploads its own ranks' shards
+        folder = NodeFolder(train_dir, paths.train_staging)
+    else:
+        folder = FollowerFolder(train_dir, paths.train_staging, per_node)
     completed = False
     try:
         result = _train(cfg, paths, manifest, folder, resume, stop_after)
@@ -89,7 +94,8 @@ def _train(cfg: TrainerConfig, paths: Paths, manifest: Manifest, folder: RunFold
                               "it, or choose another --out")
     with open_backend(cfg) as backend:
         check_fits(cfg, manifest.vocab_size)   # before any allocation: a run that cannot fit stops here
-        datasets = build_datasets(cfg, manifest, files.cache(manifest.sha256))
+        datasets = build_datasets(cfg, manifest, files.cache(manifest.sha256),
+                                  per_machine=staging_per_machine(folder.home, cfg.remote.shared_staging))
         vocab_size = padded_vocab_size(manifest.vocab_size, cfg.model.vocab_multiple, cfg.parallel.tp)
         engine = build_engine(cfg, backend, vocab_size)
         progress = Progress()
@@ -256,7 +262,7 @@ def _roll_back(cfg: TrainerConfig, folder: RunFolder, progress: Progress, state:
                                f"{bad_steps.stop}) after {progress.rollbacks} rollback(s) already: lower optim.lr, "
                                "check the data of batches " + ", ".join(map(str, bad))
                                + ", or raise stability.max_rollbacks")
-    found = _shared(lambda: _newest_readable(folder, folder.checkpoints()) if folder.checkpoints() else None)
+    found = _read_newest(folder)
     if found is None:
         raise TrainingUnstable(f"{guard.consecutive} steps in a row updated nothing (steps {bad_steps.start + 1}-"
                                f"{bad_steps.stop}, batches {bad}) and there is no checkpoint to return to: lower "
@@ -280,7 +286,7 @@ def _meta(cfg: TrainerConfig, manifest: Manifest) -> dict[str, Any]:
 
 
 def _resume(folder: RunFolder, state: dict[str, Any], cfg: TrainerConfig, manifest_sha: str) -> None:
-    found = _shared(lambda: _newest_readable(folder, folder.checkpoints()) if folder.checkpoints() else None)
+    found = _read_newest(folder)
     if found is None:
         log.warning("--resume: no checkpoint under %s; starting from step 0", join(folder.home, "checkpoints"))
         return
@@ -333,6 +339,12 @@ def _shared(read):
     if kind == "error":
         raise CheckpointError(value)
     return value
+
+
+def _read_newest(folder: RunFolder) -> tuple[str, dict[str, Any]] | None:
+    """The newest readable checkpoint (rank 0 reads it, every rank gets it), as this rank reads it; None if none."""
+    return folder.localize(_shared(lambda: _newest_readable(folder, folder.checkpoints())
+                                   if folder.checkpoints() else None))
 
 
 def _newest_readable(folder: RunFolder, candidates: list[str]) -> tuple[str, dict[str, Any]]:

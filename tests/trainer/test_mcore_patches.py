@@ -14,8 +14,8 @@ from trainer.backend import open_backend
 from trainer.model import build_model
 
 
-@pytest.mark.parametrize("patch", mp.CPU_PATCHES + mp.CPU_PIPELINE_PATCHES + mp.OPTIMIZER_PATCHES + mp.COMPILE_PATCHES,
-                         ids=lambda p: p.name)
+@pytest.mark.parametrize("patch", mp.CPU_PATCHES + mp.CPU_PIPELINE_PATCHES + mp.OPTIMIZER_PATCHES + mp.COMPILE_PATCHES
+                         + mp.MACHINE_CACHE_PATCHES, ids=lambda p: p.name)
 def test_each_patch_is_still_needed_by_the_pinned_megatron(patch):
     # Fails once an upgrade fixes what the patch works around: then delete the patch.
     assert mp.still_needed(patch), f"{patch.name}: {patch.why} no longer holds; remove the patch"
@@ -92,6 +92,20 @@ def test_pipeline_modules_see_the_cpu_as_their_cuda_device_inside_the_patch_only
         received = seen.empty((3,), device=seen.cuda.current_device(), dtype=torch.int64)   # p2p's buffers
         assert received.device.type == "cpu"
         assert seen.Tensor is torch.Tensor and seen.distributed is torch.distributed   # the rest is torch
+    assert module.torch is torch
+
+
+@pytest.mark.parametrize("patch", mp.MACHINE_CACHE_PATCHES, ids=lambda p: p.name)
+def test_dataset_modules_see_the_rank_within_the_machine_inside_the_patch_only(patch, monkeypatch):
+    """Rank 5, the second of its machine: megatron's dataset code takes it for a rank 1 (not a builder of the index
+    cache) inside the patch; everything else is torch.  The two-machine run: tests/trainer/test_object_storage.py."""
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    module = importlib.import_module(patch.module)
+    with mp.applied((patch,)):
+        seen = module.torch
+        assert seen.distributed.get_rank() == 1
+        assert seen.distributed.is_initialized is torch.distributed.is_initialized
+        assert seen.distributed.barrier is torch.distributed.barrier and seen.Tensor is torch.Tensor
     assert module.torch is torch
 
 

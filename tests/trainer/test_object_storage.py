@@ -11,6 +11,8 @@ import os
 import re
 import shutil
 import socket
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Callable
@@ -32,10 +34,11 @@ from trainer.input_cache import StagingReport, open_manifest
 from trainer.manifest import file_sha256
 from trainer.provenance import documents_seen
 from trainer.provenance import main as provenance_main
-from trainer.run_folder import check_staging, staging_folder
+from trainer.run_folder import NodeFolder, RunFolder, node_staging, staging_folder
 from trainer.train import main as train_main
 from trainer.train import train
 
+ROOT = Path(__file__).resolve().parents[2]
 STEPS = 10
 GATHERED = "schedule.checkpoint_format=gathered"   # one step-N.pt per checkpoint; the resume test runs sharded
 
@@ -384,20 +387,155 @@ def test_files_an_outage_keeps_from_the_store_stay_in_staging_and_go_on_the_next
                            stored_digest(f"{s3}/train/checkpoints/step-{step:08d}.pt")) for step in (5, 10)}
 
 
-def test_sharded_checkpoints_in_a_bucket_need_shared_staging_once_the_ranks_span_machines(s3, tmp_path, monkeypatch):
-    # rank 0 of 4 ranks on 2 machines: refused before anything is downloaded, staged or started
-    monkeypatch.setenv("WORLD_SIZE", "4")
-    monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
-    paths = s3_paths(tmp_path, s3)
-    refused = r"ranks span 2 machines.*remote.shared_staging=true.*checkpoint_format=gathered"
-    with pytest.raises(ConfigError, match=refused):
-        train(tiny_config(f"schedule.steps={STEPS}"), paths, manifest_path=f"{s3}/no-shards-yet/manifest.json")
-    assert not Path(paths.train_staging).exists() and not Path(paths.cache_dir).exists()
-    # what runs: one machine, gathered checkpoints, staging on a shared file system, a local train_dir
+def test_each_machine_stages_its_own_shards_only_when_the_ranks_span_machines_without_shared_staging(tmp_path):
     one_machine = {"WORLD_SIZE": "4", "LOCAL_WORLD_SIZE": "4"}
     two_machines = {"WORLD_SIZE": "4", "LOCAL_WORLD_SIZE": "2"}
-    check_staging(f"{s3}/train", sharded=True, shared_staging=False, environ=one_machine)
-    check_staging(f"{s3}/train", sharded=False, shared_staging=False, environ=two_machines)
-    check_staging(f"{s3}/train", sharded=True, shared_staging=True, environ=two_machines)
-    check_staging(str(tmp_path / "train"), sharded=True, shared_staging=False, environ=two_machines)
-    check_staging(f"{s3}/train", sharded=True, shared_staging=False, environ={})
+    assert node_staging("s3://b/train", sharded=True, shared_staging=False, environ=two_machines)
+    assert not node_staging("s3://b/train", sharded=True, shared_staging=False, environ=one_machine)
+    assert not node_staging("s3://b/train", sharded=False, shared_staging=False, environ=two_machines)
+    assert not node_staging("s3://b/train", sharded=True, shared_staging=True, environ=two_machines)
+    assert not node_staging(str(tmp_path / "train"), sharded=True, shared_staging=False, environ=two_machines)
+    assert not node_staging("s3://b/train", sharded=True, shared_staging=False, environ={})
+
+
+def staged_sharded(folder: Path, step: int, elsewhere: dict[str, bytes]) -> tuple[Path, str]:
+    """A visible sharded checkpoint as rank 0's machine stages it per node: its own files, and a SHA256SUMS that also
+    lists `elsewhere`, the files another machine holds.  Returns the folder and the sha256 of its SHA256SUMS."""
+    path = folder / f"step-{step:08d}"
+    path.mkdir(parents=True)
+    (path / "common.pt").write_bytes(b"common state")
+    (path / ".metadata").write_bytes(b"metadata")
+    own = {name: hashlib.sha256((path / name).read_bytes()).hexdigest() for name in ("common.pt", ".metadata")}
+    others = {name: hashlib.sha256(data).hexdigest() for name, data in elsewhere.items()}
+    sums = "".join(f"{digest}  {name}\n" for name, digest in sorted((own | others).items()))
+    (path / "SHA256SUMS").write_text(sums)
+    digest = hashlib.sha256(sums.encode()).hexdigest()
+    checkpoint.checksum_path(path).write_text(f"{digest}  {path.name}/SHA256SUMS\n")
+    return path, digest
+
+
+def test_rank_0_lists_a_checkpoint_only_once_every_other_machine_has_stored_its_part(s3, tmp_path, caplog):
+    """Per-node staging: rank 0 uploads its machine's files at once, and SHA256SUMS (which makes the checkpoint exist in
+    the store) only once the other machines' files are there as their `SHA256SUMS.rank-N` say; a stale or wrong
+    line does not count, and a part that never comes leaves the checkpoint staged and unlisted."""
+    paths = s3_paths(tmp_path, s3)
+    folder = RunFolder(paths.train_dir, paths.train_staging, keep_checkpoints=2, per_node=True)
+    announced = []
+    folder.announce_checkpoints(lambda step, location, digest: announced.append((step, location, digest)))
+    theirs = {"__1_0.distcp": b"the other stage's weights", "rng-00001.pt": b"rank 1's generators"}
+    path, digest = staged_sharded(folder.files.checkpoints, 3, theirs)
+    stored = f"{s3}/train/checkpoints/step-00000003"
+    node_sums = "".join(f"{hashlib.sha256(data).hexdigest()}  {name}\n" for name, data in sorted(theirs.items()))
+    folder._send(path, digest)
+    deadline = time.monotonic() + 30
+    while not storage.exists(f"{stored}/common.pt") and time.monotonic() < deadline:
+        time.sleep(0.1)
+    storage.write_text(f"{stored}/SHA256SUMS.rank-00001", node_sums.replace(node_sums[:12], "0" * 12, 1))   # stale
+    time.sleep(1.5)
+    assert storage.exists(f"{stored}/.metadata") and not storage.exists(f"{stored}/SHA256SUMS")
+    assert checkpoint.stored_checkpoints(f"{s3}/train/checkpoints") == [] and announced == []
+    for name, data in theirs.items():   # the other machine's upload: its files, then its lines
+        storage.write_bytes(f"{stored}/{name}", data)
+    storage.write_text(f"{stored}/SHA256SUMS.rank-00001", node_sums)
+    assert folder._folder_uploads["step-00000003"].result(timeout=30) is True
+    assert checkpoint.stored_checkpoints(f"{s3}/train/checkpoints") == ["step-00000003"]
+    assert announced == [(3, stored, digest)] and not path.exists()
+    whole = checkpoint.download_checkpoint(stored, tmp_path / "copy" / "step-00000003")
+    assert sorted(p.name for p in whole.iterdir()) == [".metadata", "SHA256SUMS", "__1_0.distcp", "common.pt",
+                                                       "rng-00001.pt"]
+
+    # the other machine died before its part was stored: at the end the checkpoint stays staged, unlisted
+    path, digest = staged_sharded(folder.files.checkpoints, 6, theirs)
+    folder._send(path, digest)
+    with caplog.at_level("INFO", logger="trainer"):
+        left = folder.close(timeout_s=2)
+    assert folder.left_in_staging() == [f"checkpoints/step-00000006{name}" for name in
+                                        (".sha256", "/.metadata", "/SHA256SUMS", "/common.pt")] and left == 4
+    assert checkpoint.stored_checkpoints(f"{s3}/train/checkpoints") == ["step-00000003"] and path.is_dir()
+    assert "checkpoint step-00000006: 2 file(s) of other nodes are not in" in caplog.text
+    assert "it stays in staging and the next start sends it" in caplog.text
+
+
+
+def test_a_machine_sends_the_part_an_earlier_start_left_and_drops_saves_cut_short(s3, tmp_path):
+    """Per-node staging, another machine's first rank: a part of step 6 that a killed start made visible but did not
+    send goes at the next start, its lines last; a save killed before its part was whole is dropped (rank 0 lists
+    no checkpoint without every part, and the run writes that step again)."""
+    paths = s3_paths(tmp_path, s3)
+    staged = staging_folder(paths.train_staging, paths.train_dir) / "checkpoints"
+    part, cut_short = staged / "step-00000006", staged / "step-00000009.partial"
+    for folder in (part, cut_short):
+        folder.mkdir(parents=True)
+        (folder / "rng-00001.pt").write_bytes(b"rank 1's generators")
+    lines = hashlib.sha256(b"rank 1's generators").hexdigest() + "  rng-00001.pt\n"
+    (part / "SHA256SUMS.rank-00001").write_text(lines)
+    node = NodeFolder(paths.train_dir, paths.train_staging)
+    node.close(timeout_s=30)
+    stored = f"{s3}/train/checkpoints/step-00000006"
+    assert storage.read_bytes(f"{stored}/rng-00001.pt") == b"rank 1's generators"
+    assert storage.read_text(f"{stored}/SHA256SUMS.rank-00001") == lines
+    assert not part.exists() and not cut_short.exists()
+    assert checkpoint.stored_checkpoints(f"{s3}/train/checkpoints") == []   # rank 0's SHA256SUMS makes it one
+
+def two_machines(manifest_uri: str, root: Path, s3: str, *extra: str) -> list[str]:
+    """The run on two "machines": two torchrun agents of one rank each (pipeline stage 0 and 1) meeting at a port
+    here, each with a local folder of its own (staging, input cache) as nodes with local disks have.  Returns each
+    node's stderr."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    settings = [*TINY, f"schedule.steps={STEPS}", "schedule.checkpoint_interval=3", "schedule.eval_interval=0",
+                "parallel.pp=2", f"paths.mlflow_tracking_uri={mlflow_uri(root / 'mlflow.db')}",
+                f"paths.train_dir={s3}/train", f"paths.mlflow_artifacts={s3}/mlflow"]
+    nodes, logs = [], []
+    for node in (0, 1):
+        logs.append(open(root / f"node{node}.log", "w"))
+        command = [sys.executable, "-m", "torch.distributed.run", "--nnodes=2", f"--node-rank={node}",
+                   "--nproc-per-node=1", "--master-addr=127.0.0.1", f"--master-port={port}",
+                   "-m", "trainer.train", "--manifest", manifest_uri,
+                   *[a for o in [*settings, f"paths.local={root}/node{node}"] for a in ("-o", o)], *extra]
+        nodes.append(subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=logs[-1]))
+    try:
+        codes = [node.wait(timeout=600) for node in nodes]
+    finally:
+        for node, log in zip(nodes, logs):
+            node.kill()
+            log.close()
+    texts = [(root / f"node{node}.log").read_text() for node in (0, 1)]
+    assert codes == [0, 0], "\n\n".join(text[-3000:] for text in texts)
+    return texts
+
+
+def test_a_two_machine_run_stages_its_shards_per_machine_and_resumes_from_the_bucket(s3, tmp_path, manifest_path):
+    """Two machines without shared staging (pipeline stage 1 on the second): each uploads its own shards, the
+    bucket's checkpoints are whole, and a resume on two new machines, each downloading the checkpoint, goes on
+    as one uninterrupted process does."""
+    manifest_uri = upload_shards(manifest_path.parent, s3)
+    straight_paths = tmp_paths(tmp_path / "straight")
+    straight = train(tiny_config(f"schedule.steps={STEPS}", "schedule.checkpoint_interval=3",
+                                 "schedule.eval_interval=0"), straight_paths, manifest_path)
+    root = tmp_path / "cluster"
+    root.mkdir()
+    two_machines(manifest_uri, root, s3, "--stop-after", "7")
+    folder = f"{s3}/train/checkpoints"
+    assert checkpoint.stored_checkpoints(folder) == ["step-00000003", "step-00000006"]
+    stored = [uri.rsplit("/", 1)[-1] for uri in storage.listdir(f"{folder}/step-00000006")]
+    assert "rng-00001.pt" in stored and "SHA256SUMS.rank-00001" in stored   # sent by the second machine
+    assert any(name.startswith("__1_") for name in stored)                  # stage 1's weights and moments
+    for node in (0, 1):   # nothing left staged on either machine
+        assert not [p for p in (root / f"node{node}").rglob("checkpoints/step-*/*")], node
+    whole = checkpoint.whole_state(checkpoint.download_checkpoint(f"{folder}/step-00000006", tmp_path / "step-6"))
+    assert whole["progress"]["step"] == 6 and len(whole["model"]) == len(checkpoint.whole_state(
+        Path(straight_paths.train_dir) / "checkpoints" / f"step-{STEPS:08d}")["model"])   # every stage's weights
+
+    for node in (0, 1):   # two new machines
+        shutil.rmtree(root / f"node{node}")
+    logs = two_machines(manifest_uri, root, s3, "--resume")
+    assert f"resuming from {folder}/step-00000006 at step 6/10" in logs[0]
+    assert f"downloaded {folder}/step-00000006 " in logs[0] and f"downloaded {folder}/step-00000006 " in logs[1]
+    assert checkpoint.stored_checkpoints(folder) == ["step-00000009", "step-00000010"]
+    result = json.loads(storage.read_text(f"{s3}/train/result.json"))
+    expected, got = losses(straight_paths, straight["run_id"]), losses(s3_paths(root, s3), result["run_id"])
+    assert sorted(got) == list(range(STEPS))
+    for step in range(STEPS):
+        assert got[step] == pytest.approx(expected[step], abs=1e-5), step
