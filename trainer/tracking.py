@@ -2,6 +2,9 @@
 
 The tracking store is a local sqlite file; the experiment's artifacts may be on object storage
 (`paths.mlflow_artifacts` = s3://…), which MLflow reaches with boto3 at the endpoint of conf/storage.yaml.
+
+MLflow itself is imported where it is used, by rank 0 alone: the import costs seconds of CPU (7 s here) that the
+other ranks of a run need not pay.
 """
 from __future__ import annotations
 
@@ -9,11 +12,6 @@ import logging
 import os
 from pathlib import Path
 from typing import Any
-
-import mlflow
-from mlflow.data.dataset_source_registry import resolve_dataset_source
-from mlflow.data.meta_dataset import MetaDataset
-from mlflow.tracking import MlflowClient
 
 from conf import as_dict, flatten
 from conf.paths import Paths, is_uri
@@ -36,6 +34,7 @@ def enable(on: bool) -> None:
 
 def configure(paths: Paths) -> None:
     """Point MLflow at the sqlite store from paths, creating its folder, and at the configured S3 endpoint."""
+    import mlflow
     os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")   # offline: no usage pings
     s3 = load_storage_config().s3
     if s3.endpoint_url:   # MLflow's boto3 client reads these; the one place they are configured is conf/storage.yaml
@@ -58,6 +57,7 @@ def artifact_location(paths: Paths) -> str:
 
 
 def experiment_id(name: str, paths: Paths) -> str:
+    from mlflow.tracking import MlflowClient
     client = MlflowClient()
     wanted = artifact_location(paths)
     found = client.get_experiment_by_name(name)
@@ -73,6 +73,9 @@ def experiment_id(name: str, paths: Paths) -> str:
 def start_run(cfg: TrainerConfig, paths: Paths, manifest: Manifest, model_info: dict[str, Any],
               run_id: str | None) -> mlflow.ActiveRun:
     """A new run with params/tags/dataset input, or (resume) the killed run, continued."""
+    import mlflow
+    from mlflow.data.dataset_source_registry import resolve_dataset_source
+    from mlflow.data.meta_dataset import MetaDataset
     configure(paths)
     if run_id is not None:
         return mlflow.start_run(run_id=run_id, log_system_metrics=True)
@@ -101,6 +104,7 @@ def log_checkpoint(run_id: str, step: int, location: str, sha256: str) -> None:
     Called when the checkpoint is visible, from an asynchronous save's worker too (so by run id, not the
     thread's active run)."""
     if _ENABLED:
+        from mlflow.tracking import MlflowClient
         MlflowClient().set_tag(run_id, f"checkpoint.step-{step:08d}", f"{location} sha256:{sha256}")
 
 
@@ -108,6 +112,7 @@ def log_step(metrics: dict[str, float], step: int) -> None:
     if not _ENABLED:
         return
     # Asynchronous: a sqlite write per step would otherwise cost more than a tiny model's step.
+    import mlflow
     mlflow.log_metrics(metrics, step=step, synchronous=False)
 
 
@@ -115,12 +120,14 @@ def flush() -> None:
     """Wait for the asynchronous metric writes: a checkpoint made visible after this has its steps' metrics in MLflow,
     so a kill -9 after it loses none (a resume logs only the steps after the checkpoint)."""
     if _ENABLED:
+        import mlflow
         mlflow.flush_async_logging()
 
 
 def finish(artifacts: list[tuple[Path, str]], status: str = "FINISHED") -> None:
     if not _ENABLED:
         return
+    import mlflow
     mlflow.flush_async_logging()
     run = mlflow.active_run()
     for path, folder in artifacts:
