@@ -88,7 +88,19 @@ def staging_folder(staging_root: str, train_dir: str) -> Path:
     return Path(staging_root) / f"{readable}-{hashlib.sha256(train_dir.encode()).hexdigest()[:8]}"
 
 
-class RunFolder:
+class _ReadsPerNode:
+    """What the three run folders share when a checkpoint is resumed: per node, every rank reads the checkpoint rank
+    0 picked from its own machine's copy, which that machine's local rank 0 (`fetches`) downloads."""
+
+    per_node = False
+    fetches = False
+
+    def localize(self, found: tuple[str, dict[str, Any]] | None) -> tuple[str, dict[str, Any]] | None:
+        """The checkpoint rank 0 read, as this rank reads it: per node, from its machine's copy (collective)."""
+        return _localized(self, found, fetch=self.fetches) if self.per_node else found
+
+
+class RunFolder(_ReadsPerNode):
     """A run's checkpoints, lineage and result: written in `files` (local), kept in `home` (train_dir)."""
 
     def __init__(self, train_dir: str, staging_root: str, keep_checkpoints: int, per_node: bool = False,
@@ -268,8 +280,7 @@ class RunFolder:
         if SHARDED_NAME.match(name):
             if self.per_node:   # the staged folder holds this machine's files only: read it from the store
                 self._wait_for_folder(name)
-                _drop_downloads(target.parent)
-                return download_folder(checkpoint, target), False
+                return fresh_download(checkpoint, target), False
             return self._folder_copy(checkpoint, target), False
         target.unlink(missing_ok=True)
         self._fetch_checksum(checkpoint, checksum_path(target))
@@ -298,10 +309,6 @@ class RunFolder:
                 upload.result(timeout=self.wait_s)
             except Exception:  # noqa: BLE001  (not stored in time: reading it fails, the one before it is tried)
                 pass
-
-    def localize(self, found: tuple[str, dict[str, Any]] | None) -> tuple[str, dict[str, Any]] | None:
-        """The checkpoint rank 0 read, as this rank reads it: per node, from its machine's copy (collective)."""
-        return _localized(self, found, fetch=False) if self.per_node else found
 
     def _folder_copy(self, checkpoint: str, target: Path) -> Path:
         _drop_downloads(target.parent)
@@ -535,6 +542,13 @@ def download_folder(checkpoint: str, target: Path) -> Path:
     return target
 
 
+def fresh_download(checkpoint: str, target: Path) -> Path:
+    """`download_folder` into a `downloads/` folder cleared of earlier resumes' sharded downloads first."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    _drop_downloads(target.parent)
+    return download_folder(checkpoint, target)
+
+
 def _drop_downloads(folder: Path) -> None:
     """An earlier resume's sharded downloads: a checkpoint is read from the one folder a resume downloads."""
     for old in folder.iterdir() if folder.is_dir() else ():
@@ -555,9 +569,7 @@ def _localized(folder, found: tuple[str, dict[str, Any]] | None, fetch: bool) ->
     problem = ""
     if fetch:
         try:
-            target.parent.mkdir(parents=True, exist_ok=True)
-            _drop_downloads(target.parent)
-            read_checkpoint(download_folder(location, target))   # every file checked against SHA256SUMS
+            read_checkpoint(fresh_download(location, target))   # every file checked against SHA256SUMS
         except CheckpointError as exc:
             problem = str(exc)
     problems: list[Any] = [None] * dist.get_world_size()
@@ -570,7 +582,7 @@ def _localized(folder, found: tuple[str, dict[str, Any]] | None, fetch: bool) ->
                       for k, v in payload.items()}
 
 
-class FollowerFolder:
+class FollowerFolder(_ReadsPerNode):
     """The run folder as every rank but 0 sees it: the same paths, no reading, writing or uploading.
 
     Rank 0 lists, reads and writes checkpoints, lineage and result.json; the others take part in
@@ -599,9 +611,6 @@ class FollowerFolder:
         # every rank writes its shards (sharded format) or takes part in gathering the whole state
         save_checkpoint(self.files.checkpoints, step, parts, meta, keep=None, per_node=self.per_node)
 
-    def localize(self, found: tuple[str, dict[str, Any]] | None) -> tuple[str, dict[str, Any]] | None:
-        return _localized(self, found, fetch=False) if self.per_node else found
-
     def prepare_lineage(self, before_step: int) -> None:
         return None
 
@@ -620,6 +629,8 @@ class NodeFolder(FollowerFolder):
     checkpoint (its files, then `SHA256SUMS.rank-<rank>`, their lines of SHA256SUMS) and deletes the part once the
     store holds it; a part left by an earlier start goes first.  Rank 0 lists the checkpoint (uploads SHA256SUMS)
     only once every node's part is stored.  On resume it downloads the checkpoint for its machine's ranks."""
+
+    fetches = True
 
     def __init__(self, train_dir: str, staging_root: str) -> None:
         super().__init__(train_dir, staging_root, per_node=True)
@@ -654,9 +665,6 @@ class NodeFolder(FollowerFolder):
             return False
         shutil.rmtree(part)
         return True
-
-    def localize(self, found: tuple[str, dict[str, Any]] | None) -> tuple[str, dict[str, Any]] | None:
-        return _localized(self, found, fetch=True)
 
     def close(self, timeout_s: float) -> None:
         if timeout_s > 0:
