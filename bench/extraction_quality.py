@@ -1,10 +1,11 @@
 """Benchmark: the extract job's main text against labelled pages, per page type, beside plain trafilatura.
 
     .venv/bin/python bench/extraction_quality.py [--set wcxb_dev|trafilatura_eval|readability_testpages|all]
-                                                 [--limit N] [-o extract.KEY=VALUE ...]
+                                                 [--limit N] [-o extract.KEY=VALUE ...] [--no-urls]
 
 For each page type of a labelled set, the pages are laid out as files (`<id>.html.gz` + `<id>.url`) and
-run through `python -m jobs.text.extract_files`, the job's own code and conf/jobs.yaml (with any `-o`);
+run through `python -m jobs.text.extract_files`, the job's own code and conf/jobs.yaml (with any `-o`; with
+`--no-urls`, without the `.url` files, so that the job reads the URL the page declares, if any);
 then plain `trafilatura.extract(html)` runs over the same pages in this process.  Printed per type:
 precision, recall, F1 and speed for both, and pages left empty.  Speed is documents per CPU-second
 (docs/s on one core, the sandbox child's CPU included), so that a busy machine does not change it.
@@ -105,12 +106,12 @@ LOADERS = {"wcxb_dev": load_wcxb_dev, "trafilatura_eval": load_trafilatura_eval,
            "readability_testpages": load_readability_testpages}
 
 
-def lay_out(pages: list[Labelled], folder: Path) -> None:
-    """The pages as extract_files reads them: `<id>.html.gz` (a link to the set's file) and `<id>.url`."""
+def lay_out(pages: list[Labelled], folder: Path, urls: bool = True) -> None:
+    """The pages as extract_files reads them: `<id>.html.gz` (a link to the set's file) and `<id>.url` (`urls`)."""
     folder.mkdir(parents=True)
     for page in pages:
         os.symlink(page.html_gz, folder / f"{page.id}.html.gz")
-        if page.url:
+        if page.url and urls:
             (folder / f"{page.id}.url").write_text(page.url + "\n")
 
 
@@ -160,7 +161,7 @@ def score(pages: list[Labelled], texts: dict, scorer) -> tuple[float, float, flo
     return tuple(sum(values) / len(per_page) for values in zip(*per_page))
 
 
-def benchmark(name: str, scorer, limit: int | None, overrides: list[str]) -> dict:
+def benchmark(name: str, scorer, limit: int | None, overrides: list[str], urls: bool = True) -> dict:
     pages = LOADERS[name](scorer)
     by_type = defaultdict(list)
     for page in pages:
@@ -170,7 +171,7 @@ def benchmark(name: str, scorer, limit: int | None, overrides: list[str]) -> dic
     with tempfile.TemporaryDirectory(prefix="weblm-extraction-bench-") as tmp:
         ours, plain = {}, {}
         for page_type, typed in sorted(by_type.items(), key=lambda kv: (kv[0] != "article", kv[0])):
-            lay_out(typed, Path(tmp) / page_type)
+            lay_out(typed, Path(tmp) / page_type, urls)
             ours_texts, stats = run_extract_files(Path(tmp) / page_type, overrides)
             plain_texts, plain_rate = run_plain_trafilatura(typed)
             ours.update(ours_texts)
@@ -220,6 +221,8 @@ def main() -> int:
     parser.add_argument("--limit", type=int, help="at most this many pages per page type (a quick run)")
     parser.add_argument("-o", "--override", action="append", default=[], metavar="KEY=VALUE",
                         help="a conf/jobs.yaml setting for the job's side, e.g. extract.extractor=trafilatura")
+    parser.add_argument("--no-urls", action="store_true",
+                        help="lay the pages out without their .url files, as bare HTML files come")
     args = parser.parse_args()
     scorer = wcxb_scorer()
     if scorer is None:  # its word_f1 is the metric of every word-level set here
@@ -229,7 +232,7 @@ def main() -> int:
         if not (DATA / name).exists():
             print(f"skipped {name}: {DATA / name} is absent")
             continue
-        rows = benchmark(name, scorer, args.limit, args.override)
+        rows = benchmark(name, scorer, args.limit, args.override, urls=not args.no_urls)
         print_table(name, rows)
         if name == "wcxb_dev":
             print_goals(rows)

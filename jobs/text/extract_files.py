@@ -3,8 +3,9 @@
     python -m jobs.text.extract_files DIR OUT.jsonl [-o extract.min_chars=100] [--stats STATS.json]
 
 Every `*.html` and `*.html.gz` file under DIR (the bytes as served, no HTTP headers; a sibling
-`<id>.url` file holds the page's URL, or there is none) goes through `page_extractor`, as each bronze
-row does in `jobs.extract`: the same decoding, checks, extractor, sandbox and `conf/jobs.yaml` settings.
+`<id>.url` file holds the page's URL; without one, the page's own `<link rel=canonical>` or `og:url`, if any)
+goes through `page_extractor`, as each bronze row does in `jobs.extract`: the same decoding, checks,
+extractor, sandbox and `conf/jobs.yaml` settings.
 OUT gets one line `{"id": ..., "text": ...}` per file, id = the file name without `.html`/`.html.gz`,
 text "" when the page is dropped.  A file that cannot be read or a page that cannot be extracted is
 counted and reported on stderr, never a failed run.  `bench/extraction_quality.py` scores the output.
@@ -25,6 +26,7 @@ from pathlib import Path
 
 from jobs.config import ExtractSettings, load_jobs_config
 from jobs.text.main_text import Extracted
+from jobs.text.page_type import declared_url
 from jobs.text.sandbox import DEFAULT_EXTRACTOR, page_extractor
 
 log = logging.getLogger("weblm.jobs.extract_files")
@@ -108,7 +110,7 @@ def extract_files(root: Path, out: Path, cfg: ExtractSettings, extractor: str = 
                 log.warning("%s: unreadable (%s: %s): written with empty text", path, type(exc).__name__, exc)
                 result = "unreadable_file"
             else:
-                result = extract(html, 200, "text/html", None, read_url(path))
+                result = extract(html, 200, "text/html", None, read_url(path) or declared_url(html))
             if isinstance(result, Extracted):
                 stats.kept += 1
                 stats.decoded_by[result.decode_source] += 1

@@ -64,11 +64,20 @@ def test_text_is_exactly_what_the_spark_job_extracts(pages, tmp_path):
     assert rows["herons"] == job.text
 
 
-def test_the_sibling_url_file_is_the_page_url(pages, tmp_path):
+def test_the_sibling_url_file_is_the_page_url_else_the_url_the_page_declares(pages, tmp_path):
+    canonical = b'<link href="https://birds.example/owls?a=1&amp;b=2" rel="canonical" />'
+    og_url = b"<meta property='og:url' content='https://birds.example/og-owls'>"
+    (pages / "owls.html").write_bytes(b"<html><head>" + og_url + canonical + b"</head><body>Owls</body></html>")
+    (pages / "og.html").write_bytes(b"<html><head>" + og_url + b'<link rel="canonical" href="/owls"></head></html>')
+    (pages / "sub" / "herons.html.gz").write_bytes(gzip.compress(b"<head>" + canonical + b"</head>"))
+    (pages / "stylesheet.html").write_bytes(b'<link rel="canonical-ish" href="https://birds.example/no">')
     cfg = dataclasses.replace(CFG, sandbox=False)
     extract_files(pages, tmp_path / "urls.jsonl", cfg, extractor="test_extract_files:echo_url")
     rows = {row["id"]: row["text"] for row in read_jsonl(tmp_path / "urls.jsonl")}
-    assert rows == {"herons": "url=https://birds.example/herons", "otters": "url=None", "tiny": "url=None"}
+    assert rows == {"herons": "url=https://birds.example/herons",   # the .url file wins over the page's own
+                    "owls": "url=https://birds.example/owls?a=1&b=2",   # canonical first, entities decoded
+                    "og": "url=https://birds.example/og-owls",   # a relative canonical does not count
+                    "stylesheet": "url=None", "otters": "url=None", "tiny": "url=None"}
 
 
 def test_bad_input_gives_a_line_and_a_count_never_a_crash(tmp_path):
