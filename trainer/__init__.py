@@ -3,7 +3,8 @@
 Reads only `<shards_dir>/manifest.json` and the shards it names (staged into `paths.cache_dir` when
 they are on object storage: `input_cache.py`); writes MLflow runs, checkpoints, `result.json` and
 `lineage/batches.jsonl` (SEAMS §5), through a local staging folder when train_dir is a URI
-(`run_folder.py`).  Entry point: `python -m trainer.train`.
+(`run_folder.py`; `node_folders.py` for the other ranks, `run_files.py` for where the files are).
+Entry point: `python -m trainer.train`.
 """
 import importlib.abc
 import importlib.util

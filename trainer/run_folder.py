@@ -7,11 +7,11 @@ once visible, handed to `storage.upload.Uploader`, which deletes the staged copy
 so `checkpoints/` in staging holds exactly the checkpoints not yet durable.  A sharded checkpoint's folder goes
 file by file, its SHA256SUMS last: the store lists it only once that object is there
 (trainer/checkpoint.py's `stored_checkpoints`).  When the ranks span machines and staging is not one shared file
-system (`remote.shared_staging: false`), each machine stages its own ranks' shards (`node_staging`): its local
-rank 0 uploads them (`NodeFolder`) and, last, the lines of SHA256SUMS for them (`SHA256SUMS.rank-<rank>`); rank 0
-uploads SHA256SUMS only once every other node's files are in the store as those lines say, and on resume every
-node downloads the checkpoint it reads (`localize`).  The lineage and result.json
-are working files in staging, snapshotted into `outbox/` (the train_dir layout) to be uploaded at each
+system (`remote.shared_staging: false`), each machine stages its own ranks' shards (trainer/run_files.py's
+`node_staging`): its local rank 0 uploads them (trainer/node_folders.py's `NodeFolder`) and, last, the lines of
+SHA256SUMS for them (`SHA256SUMS.rank-<rank>`); rank 0 uploads SHA256SUMS only once every other node's files are in
+the store as those lines say, and on resume every node downloads the checkpoint it reads (`localize`).  The lineage
+and result.json are working files in staging, snapshotted into `outbox/` (the train_dir layout) to be uploaded at each
 checkpoint and at the end.  Training never waits for the store, except at the end (`close`), with a
 timeout; whatever is left stays in staging, is counted and logged, and the next start sends it.
 A checkpoint is announced (`announce_checkpoints`: the MLflow tag naming it and its sha256) only where readers will
@@ -20,16 +20,13 @@ leftovers too; a checkpoint that never lands is never named.
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import os
-import re
 import shutil
 import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
@@ -37,70 +34,16 @@ import storage
 from storage import is_uri, join
 from storage.upload import Uploader, recover
 from trainer.checkpoint import (CHECKPOINT_NAME, NODE_SUMS, SHARDED_NAME, SUMS, CheckpointError, checkpoint_step,
-                                checksum_path, download_checkpoint, list_checkpoints, listed_checkpoints,
-                                read_checkpoint, remove_stored, save_checkpoint, stored_checkpoints, wait_for_saves)
+                                checksum_path, list_checkpoints, listed_checkpoints, remove_stored, save_checkpoint,
+                                stored_checkpoints, wait_for_saves)
 from trainer.lineage import parse_lines
+from trainer.node_folders import ReadsPerNode, download_folder, drop_downloads, durable, fresh_download
+from trainer.run_files import LINEAGE, RESULT, RunFiles, staging_folder
 
 log = logging.getLogger("trainer.run_folder")
 
-LINEAGE = "lineage/batches.jsonl"
-RESULT = "result.json"
 
-
-@dataclass(frozen=True)
-class RunFiles:
-    """The run's files in one local folder (SEAMS §5)."""
-    out: Path
-
-    @property
-    def checkpoints(self) -> Path:
-        return self.out / "checkpoints"
-
-    @property
-    def lineage(self) -> Path:
-        return self.out / LINEAGE
-
-    @property
-    def result(self) -> Path:
-        return self.out / RESULT
-
-    def cache(self, manifest_sha: str) -> Path:
-        # Per manifest: megatron's index cache key does not cover file contents.
-        return self.out / "cache" / manifest_sha[:16]
-
-
-def staging_per_machine(train_dir: str, shared_staging: bool, environ=os.environ) -> bool:
-    """Whether each machine has a staging folder of its own: a remote train_dir, ranks on several machines
-    (torchrun's WORLD_SIZE over LOCAL_WORLD_SIZE) and `paths.train_staging` not one shared file system."""
-    world = int(environ.get("WORLD_SIZE", "1"))
-    local = int(environ.get("LOCAL_WORLD_SIZE", world))
-    return is_uri(train_dir) and world > local and not shared_staging
-
-
-def node_staging(train_dir: str, sharded: bool, shared_staging: bool, environ=os.environ) -> bool:
-    """Whether each machine stages and uploads its own ranks' shards: sharded checkpoints, staging per machine."""
-    return sharded and staging_per_machine(train_dir, shared_staging, environ)
-
-
-def staging_folder(staging_root: str, train_dir: str) -> Path:
-    """One staging folder per train_dir, so leftovers are only ever sent where they belong."""
-    readable = re.sub(r"[^A-Za-z0-9._-]+", "-", train_dir).strip("-")[-80:]
-    return Path(staging_root) / f"{readable}-{hashlib.sha256(train_dir.encode()).hexdigest()[:8]}"
-
-
-class _ReadsPerNode:
-    """What the three run folders share when a checkpoint is resumed: per node, every rank reads the checkpoint rank
-    0 picked from its own machine's copy, which that machine's local rank 0 (`fetches`) downloads."""
-
-    per_node = False
-    fetches = False
-
-    def localize(self, found: tuple[str, dict[str, Any]] | None) -> tuple[str, dict[str, Any]] | None:
-        """The checkpoint rank 0 read, as this rank reads it: per node, from its machine's copy (collective)."""
-        return _localized(self, found, fetch=self.fetches) if self.per_node else found
-
-
-class RunFolder(_ReadsPerNode):
+class RunFolder(ReadsPerNode):
     """A run's checkpoints, lineage and result: written in `files` (local), kept in `home` (train_dir)."""
 
     def __init__(self, train_dir: str, staging_root: str, keep_checkpoints: int, per_node: bool = False,
@@ -225,7 +168,7 @@ class RunFolder(_ReadsPerNode):
         files = [p for p in sorted(path.rglob("*")) if p.is_file() and p.name != SUMS]
         uploads = [self.uploader.submit(p, join(destination, *p.relative_to(path).parts), keep_local=True)
                    for p in files] + [self.uploader.submit(sidecar, destination + ".sha256", keep_local=True)]
-        if not all([_durable(u) for u in uploads]) or not self._other_nodes_stored(path, destination) or not _durable(
+        if not all([durable(u) for u in uploads]) or not self._other_nodes_stored(path, destination) or not durable(
                 self.uploader.submit(path / SUMS, join(destination, SUMS), keep_local=True)):
             log.error("checkpoint %s is not (wholly) in %s yet; it stays in staging and the next start sends it",
                       path.name, destination)
@@ -311,7 +254,7 @@ class RunFolder(_ReadsPerNode):
                 pass
 
     def _folder_copy(self, checkpoint: str, target: Path) -> Path:
-        _drop_downloads(target.parent)
+        drop_downloads(target.parent)
         staged = self.files.checkpoints / target.name
         try:   # hard links (else copies) of the staged folder: the upload deletes it once the store holds it
             shutil.copytree(staged, target, copy_function=_link_or_copy)
@@ -504,13 +447,6 @@ class RunFolder(_ReadsPerNode):
                       if p.is_file() and not (p.name.startswith(".") and p.name.endswith(".tmp")))
 
 
-def _durable(upload: Future) -> bool:
-    try:
-        return bool(upload.result())
-    except Exception:  # noqa: BLE001  (cancelled when the run ends first: it stays staged)
-        return False
-
-
 def _link_or_copy(src: str, dst: str) -> None:
     try:
         os.link(src, dst)
@@ -525,162 +461,6 @@ def _steps_below(lineage: Path, before_step: int) -> int:
         return 0
     with open(lineage) as handle:
         return len({r["step"] for r in parse_lines(handle, str(lineage)) if r["step"] < before_step})
-
-
-def download_folder(checkpoint: str, target: Path) -> Path:
-    """A stored sharded checkpoint copied to `target` (read_checkpoint verifies it); CheckpointError if it cannot be."""
-    began = time.perf_counter()
-    try:
-        download_checkpoint(checkpoint, target)
-    except FileNotFoundError as exc:
-        raise CheckpointError(f"{checkpoint} is not whole in the store ({exc})") from exc
-    except Exception as exc:  # noqa: BLE001  (any client error: say which object and what to check)
-        raise CheckpointError(f"cannot download {checkpoint} ({type(exc).__name__}: {exc}); check that the "
-                              "store is reachable (conf/storage.yaml) and resume again") from exc
-    log.info("downloaded %s (%.1f MiB) in %.1f s", checkpoint,
-             sum(p.stat().st_size for p in target.rglob("*") if p.is_file()) / 2**20, time.perf_counter() - began)
-    return target
-
-
-def fresh_download(checkpoint: str, target: Path) -> Path:
-    """`download_folder` into a `downloads/` folder cleared of earlier resumes' sharded downloads first."""
-    target.parent.mkdir(parents=True, exist_ok=True)
-    _drop_downloads(target.parent)
-    return download_folder(checkpoint, target)
-
-
-def _drop_downloads(folder: Path) -> None:
-    """An earlier resume's sharded downloads: a checkpoint is read from the one folder a resume downloads."""
-    for old in folder.iterdir() if folder.is_dir() else ():
-        if SHARDED_NAME.match(old.name) and old.is_dir():
-            shutil.rmtree(old)
-
-
-def _localized(folder, found: tuple[str, dict[str, Any]] | None, fetch: bool) -> tuple[str, dict[str, Any]] | None:
-    """Per node (every rank calls this): the checkpoint rank 0 read, with its sharded parts read from this machine's
-    `downloads/` copy, which the node's local rank 0 (`fetch`) downloads and verifies first.  Every rank learns
-    whether every node has its copy; if one has not, all raise CheckpointError together."""
-    import torch.distributed as dist
-
-    if found is None or not SHARDED_NAME.match(found[0].rsplit("/", 1)[-1]):
-        return found   # nothing to read, or a gathered checkpoint: rank 0 read it whole and sent it
-    location, payload = found
-    target = folder.files.out / "downloads" / location.rsplit("/", 1)[-1]
-    problem = ""
-    if fetch:
-        try:
-            read_checkpoint(fresh_download(location, target))   # every file checked against SHA256SUMS
-        except CheckpointError as exc:
-            problem = str(exc)
-    problems: list[Any] = [None] * dist.get_world_size()
-    dist.all_gather_object(problems, problem)
-    if any(problems):
-        raise CheckpointError("a node could not copy the checkpoint to resume from: "
-                              + "; ".join(p for p in problems if p))
-    from trainer.sharded_state import ShardedRef
-    return location, {k: ShardedRef(str(target), v.part, v.extra) if isinstance(v, ShardedRef) else v
-                      for k, v in payload.items()}
-
-
-class FollowerFolder(_ReadsPerNode):
-    """The run folder as every rank but 0 sees it: the same paths, no reading, writing or uploading.
-
-    Rank 0 lists, reads and writes checkpoints, lineage and result.json; the others take part in
-    gathering a checkpoint's state (its parts' state_dict calls are collectives) and receive what
-    rank 0 reads (trainer/train.py broadcasts it).  Per node, every rank reads it from its machine's copy, which
-    that machine's local rank 0 (a `NodeFolder`) downloads.
-    """
-
-    def __init__(self, train_dir: str, staging_root: str, per_node: bool = False) -> None:
-        self.home = train_dir
-        self.remote = is_uri(train_dir)
-        self.per_node = per_node
-        self.files = RunFiles(staging_folder(staging_root, train_dir) if self.remote else Path(train_dir))
-        self.lineage_location = ""
-
-    def checkpoints(self) -> list[str]:
-        return []
-
-    def latest_checkpoint(self) -> str | None:
-        return None
-
-    def announce_checkpoints(self, on_stored) -> None:
-        return None
-
-    def save_checkpoint(self, step: int, parts: dict[str, Any], meta: dict[str, Any]) -> None:
-        # every rank writes its shards (sharded format) or takes part in gathering the whole state
-        save_checkpoint(self.files.checkpoints, step, parts, meta, keep=None, per_node=self.per_node)
-
-    def prepare_lineage(self, before_step: int) -> None:
-        return None
-
-    def write_result(self, result: dict[str, Any]) -> None:
-        return None
-
-    def location(self, relative: str) -> str:
-        return join(self.home, *relative.split("/")) if self.remote else str(self.files.out / relative)
-
-    def close(self, timeout_s: float) -> None:
-        return None
-
-
-class NodeFolder(FollowerFolder):
-    """Per node, the local rank 0 of every machine but rank 0's: it uploads its machine's part of each sharded
-    checkpoint (its files, then `SHA256SUMS.rank-<rank>`, their lines of SHA256SUMS) and deletes the part once the
-    store holds it; a part left by an earlier start goes first.  Rank 0 lists the checkpoint (uploads SHA256SUMS)
-    only once every node's part is stored.  On resume it downloads the checkpoint for its machine's ranks."""
-
-    fetches = True
-
-    def __init__(self, train_dir: str, staging_root: str) -> None:
-        super().__init__(train_dir, staging_root, per_node=True)
-        self.uploader = Uploader(name="node-upload")
-        self._sender = ThreadPoolExecutor(max_workers=1, thread_name_prefix="node-upload-parts")
-        self._parts: list[Future] = []
-        for partial in self.files.checkpoints.glob("step-*.partial"):   # saves killed before they were complete
-            shutil.rmtree(partial, ignore_errors=True)
-        left = [p for p in listed_checkpoints(self.files.checkpoints) if p.is_dir()]
-        for part in left:
-            self._send(part)
-        if left:
-            log.warning("%d checkpoint part(s) an earlier run left in %s are being uploaded to %s", len(left),
-                        self.files.checkpoints, self.home)
-
-    def save_checkpoint(self, step: int, parts: dict[str, Any], meta: dict[str, Any]) -> None:
-        save_checkpoint(self.files.checkpoints, step, parts, meta, keep=None, per_node=True,
-                        on_visible=lambda path, digest: self._send(path))
-
-    def _send(self, part: Path) -> None:
-        self._parts.append(self._sender.submit(self._send_part, part, self.location(f"checkpoints/{part.name}")))
-
-    def _send_part(self, part: Path, destination: str) -> bool:
-        lines = sorted(part.glob(NODE_SUMS + "*"))
-        files = [p for p in sorted(part.rglob("*")) if p.is_file() and p not in lines]
-        uploads = [self.uploader.submit(p, join(destination, *p.relative_to(part).parts), keep_local=True)
-                   for p in files]
-        if not lines or not all([_durable(u) for u in uploads]) or not _durable(
-                self.uploader.submit(lines[0], join(destination, lines[0].name), keep_local=True)):
-            log.error("this node's part of checkpoint %s is not (wholly) in %s yet; it stays in %s and the next "
-                      "start sends it", part.name, destination, part.parent)
-            return False
-        shutil.rmtree(part)
-        return True
-
-    def close(self, timeout_s: float) -> None:
-        if timeout_s > 0:
-            wait_for_saves()
-        deadline = time.monotonic() + timeout_s
-        for part in self._parts:
-            try:
-                part.result(timeout=max(0.0, deadline - time.monotonic()))
-            except Exception:  # noqa: BLE001  (a timeout: that part stays in staging)
-                pass
-        self.uploader.close(timeout_s=max(0.0, deadline - time.monotonic()))
-        self._sender.shutdown(wait=True, cancel_futures=True)
-        left = [p for d in listed_checkpoints(self.files.checkpoints) if d.is_dir() for p in d.rglob("*")]
-        if left:
-            log.error("%d file(s) of this node's checkpoint parts are not yet in %s and stay in %s; the next start "
-                      "uploads them", len(left), self.home, self.files.checkpoints)
 
 
 def _sidecar_digest(path: Path) -> str | None:

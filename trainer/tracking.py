@@ -11,13 +11,16 @@ from __future__ import annotations
 import logging
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from conf import as_dict, flatten
 from conf.paths import Paths, is_uri
 from storage.config import load_storage_config
 from trainer.config import TrainerConfig
 from trainer.manifest import Manifest
+
+if TYPE_CHECKING:   # the annotations' name only
+    import mlflow
 
 DIGEST_CHARS = 36   # the longest dataset digest MLflow's stores accept
 

@@ -40,7 +40,9 @@ from trainer.flops import bf16_peak, flops_per_token, mfu
 from trainer.model import count_parameters, padded_vocab_size, transformer_parameters
 from trainer.progress import Meter, Progress
 from trainer.stability import SpikeGuard, batch_index, insert_sorted
-from trainer.run_folder import FollowerFolder, NodeFolder, RunFolder, node_staging, staging_per_machine
+from trainer.node_folders import FollowerFolder, NodeFolder
+from trainer.run_files import node_staging, staging_per_machine
+from trainer.run_folder import RunFolder
 
 log = logging.getLogger("trainer")
 

@@ -23,7 +23,6 @@ import torch
 from mlflow.tracking import MlflowClient
 
 import storage
-from conf import ConfigError
 from conf.paths import load_paths
 from conftest import TINY, mlflow_uri, tiny_config, tmp_paths
 from shardkit import build_shards
@@ -34,7 +33,9 @@ from trainer.input_cache import StagingReport, open_manifest
 from trainer.manifest import file_sha256
 from trainer.provenance import documents_seen
 from trainer.provenance import main as provenance_main
-from trainer.run_folder import NodeFolder, RunFolder, node_staging, staging_folder
+from trainer.node_folders import NodeFolder
+from trainer.run_files import node_staging, staging_folder
+from trainer.run_folder import RunFolder
 from trainer.train import main as train_main
 from trainer.train import train
 

@@ -12,7 +12,7 @@ from mlflow.tracking import MlflowClient
 from trainer.backend import open_backend
 from trainer.data import build_datasets
 from trainer.manifest import load_manifest
-from trainer.run_folder import RunFiles
+from trainer.run_files import RunFiles
 
 
 def test_loss_falls_on_learnable_data(trained_run):
