@@ -94,7 +94,6 @@ def best_of(fn, repeat: int = 3) -> tuple[float, float]:
 
 
 def signatures_bench(n_docs: int | None) -> dict:
-    import numpy as np
     import pyarrow as pa
     import rensa
     from datasketch import MinHash

@@ -324,7 +324,7 @@ def ops_section(args, port: int, tmp: Path) -> dict:
             _print_row(f"{name} x{args.clients}", rows[f"{name} x{args.clients}"])
     single = rows["RedisFrontier x1"]
     n = single["n"]
-    print(f"\n  RedisFrontier x1, where the time goes (redis-server CPU from INFO cpu, Lua from INFO commandstats):")
+    print("\n  RedisFrontier x1, where the time goes (redis-server CPU from INFO cpu, Lua from INFO commandstats):")
     for phase, wall_key in (("add", "add_s"), ("seen", "seen_s"), ("cycle", "drain_s")):
         wall = single[wall_key]
         server, lua = single[f"redis_{phase}_s"], single[f"lua_{phase}_s"]

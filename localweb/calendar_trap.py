@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING
 
-from localweb.pages import Link, render_page
+from localweb.pages import render_page
 from localweb.responses import Response, html_response
 from localweb.text import TextGenerator
 from localweb.truth import PageTruth

@@ -114,7 +114,7 @@ def build_truth(sites: dict[str, "Site"], seeds: list[str]) -> Truth:
         visit(host, "/" + seed.split("/", 3)[3])
     while queue:
         host, target = queue.popleft()
-        site, page = sites[host], sites[host].pages.get(target)
+        page = sites[host].pages.get(target)
         if page is None:
             continue   # a link to nothing (trap months past the first): not a page of the truth
         if not rules[host].allowed(target):

@@ -22,7 +22,7 @@ import random
 import time
 from collections import defaultdict, deque
 from dataclasses import dataclass, replace
-from typing import Any, Callable
+from typing import Any
 from urllib.parse import urlsplit
 
 from scrapy import signals

@@ -9,7 +9,7 @@ import random
 
 import pytest
 
-from jobs.quality import classifiers, train_classifier, train_kenlm
+from jobs.quality import train_classifier, train_kenlm
 from jobs.quality.scorers import ScorerError, make_scorer
 from localweb.text import TextGenerator
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 import json
 
 import storage
-from jobs.base import apply_storage_conf, merge_table, table_version
+from jobs.base import apply_storage_conf, merge_table
 
 
 def test_delta_round_trip_and_idempotent_merge_on_s3(spark, s3):

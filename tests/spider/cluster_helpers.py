@@ -23,7 +23,6 @@ from scrapy.linkextractors import LinkExtractor
 from warcio.archiveiterator import ArchiveIterator
 
 from crawl_helpers import ROOT, crawl_command, env, read_warc
-from tests.support.redisserver import RedisServer
 
 ROBOTS_TOKEN = "weblm-spider"          # the product token of conf/crawl.yaml's user_agent
 CAPTURES = ("response", "revisit")      # a fetch is stored as one of these (revisit: a payload stored before)

@@ -5,7 +5,6 @@ One browser for the whole module (launching one costs ~1 s); each test renders a
 from __future__ import annotations
 
 import asyncio
-import gzip
 import signal
 import time
 
