@@ -15,7 +15,8 @@ import torch
 
 from conf import ConfigError
 from trainer.config import TrainerConfig
-from trainer.plan import Layout, MemoryConfig, ModelShape, estimate_memory
+from trainer.plan import estimate_memory
+from trainer.plan_config import Layout, MemoryConfig, ModelShape
 
 log = logging.getLogger(__name__)
 GIB = 2 ** 30

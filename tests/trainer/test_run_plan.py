@@ -15,7 +15,9 @@ from types import SimpleNamespace
 import pytest
 
 from conf import CONF_DIR, read_section
-from trainer.plan import GIB, Layout, ModelShape, PlanError, estimate_memory, load_plan, main, plan, render
+from trainer.plan import estimate_memory, main, plan
+from trainer.plan_config import GIB, Layout, ModelShape, PlanError, load_plan
+from trainer.plan_report import render
 
 CHECKOUT = CONF_DIR.parent
 MIB = 2 ** 20
