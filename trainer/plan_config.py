@@ -139,7 +139,7 @@ class ClusterConfig:
             missing.append("its memory with -o cluster.memory_gib=N")
         if missing:
             known = ", ".join(dict.fromkeys(name for name, _ in (*BF16_PEAK, *GPU_MEMORY_GIB)))
-            raise PlanError(f"GPU {self.gpu!r} is not in trainer/flops.py's and trainer/plan.py's tables "
+            raise PlanError(f"GPU {self.gpu!r} is not in trainer/flops.py's and trainer/plan_config.py's tables "
                             f"(known: {known}): give {' and '.join(missing)}")
 
     @property

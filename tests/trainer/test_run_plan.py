@@ -309,7 +309,7 @@ def test_json_has_every_section_as_plain_numbers(capsys):
     (["-o", "layout.dp=7"], "equal it x DP"),
     (["--model", "405b", "--gpus", "8", "--gpu", "A10"], "no layout fits: the leanest"),
     (["--model", "900b"], "unknown model '900b'"),
-    (["--gpu", "TPU v5"], "GPU 'TPU v5' is not in trainer/flops.py's and trainer/plan.py's tables"),
+    (["--gpu", "TPU v5"], "GPU 'TPU v5' is not in trainer/flops.py's and trainer/plan_config.py's tables"),
     (["--gpu", "A100", "-o", "cluster.memory_gib=-1"], "memory_gib must be 0 or more"),
     (["-o", "cluster.bogus=1"], "unknown setting(s) ['bogus']"),
     (["-o", "model.bogus=1"], "unknown model setting(s) ['bogus']"),
