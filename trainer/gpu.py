@@ -3,7 +3,10 @@
 GPTModel in bf16 (Float16Module) inside megatron's DistributedDataParallel (fp32 main gradients in
 contiguous buffers), megatron's distributed optimizer (ZeRO-1: fp32 main weights and Adam moments
 sharded over data-parallel ranks), and megatron's forward-backward schedule, which accumulates
-micro-batches and finalises gradients (reduce-scatter over dp) once per step.
+micro-batches and finalises gradients (reduce-scatter over dp, the tied embedding's two copies summed
+over the first and last pipeline stages) once per step.  Tensor parallel through megatron's layers and
+pipeline parallel through its 1F1B schedule, as on the cpu backend; `require_cuda_layout` says what
+is not wired in (context parallelism, the interleaved schedule).
 
 What makes it fast without Transformer Engine or Apex (each lever measured by bench/gpu_mfu.py):
 - SDPA core attention (trainer/attention.py): flash/cuDNN kernels instead of an s×s score tensor;
@@ -26,6 +29,7 @@ from megatron.core.optimizer import OptimizerConfig, get_megatron_optimizer
 from megatron.core.optimizer.clip_grads import clip_grad_by_total_norm_fp32
 from megatron.core.pipeline_parallel import get_forward_backward_func
 from megatron.core.transformer.module import Float16Module
+from megatron.core.utils import get_attr_wrapped_model
 
 from conf import ConfigError
 from trainer.backend import Backend
@@ -37,7 +41,9 @@ from trainer.engine import Check, StepResult, accept_all
 from trainer.losses import source_sums, token_losses
 from trainer.model import build_model
 from trainer.optim import build_scheduler
-from trainer.sharded_state import ShardedRef
+from trainer.parallel import ParallelDims, ParallelDimsError
+from trainer.sharded_state import ShardedModel, ShardedRef
+from trainer.shards import _whole_names
 
 
 def _loss(batch: Batch, per_token: torch.Tensor, n_sources: int = 0):
@@ -46,13 +52,19 @@ def _loss(batch: Batch, per_token: torch.Tensor, n_sources: int = 0):
     ce, objective = per_token.float() * batch.loss_mask
     n = batch.loss_mask.sum()
     report = {"lm loss": torch.stack([ce.sum().detach(), n.detach()])}
-    if n_sources and batch.source_ids is not None:
-        report["by source"] = source_sums(per_token[0], batch.loss_mask, batch.source_ids, n_sources)
+    if n_sources:   # every micro-batch reports the same keys: the ranks then sum them alike
+        report["by source"] = (source_sums(per_token[0], batch.loss_mask, batch.source_ids, n_sources)
+                               if batch.source_ids is not None
+                               else torch.zeros(n_sources, 2, dtype=torch.float64, device=ce.device))
     return objective.sum(), n.to(torch.int), report
 
 
 def _forward_step(data_iterator, model, z_loss: float = 0.0, n_sources: int = 0):
+    """megatron's forward_step_func: every stage reads the same micro-batch; a stage before the last hands its
+    activations on (megatron sends them to the next stage), the last computes the losses."""
     batch: Batch = next(data_iterator)
+    if not get_attr_wrapped_model(model, "post_process"):   # through megatron's DDP and Float16Module
+        return model(batch.tokens, batch.position_ids, batch.attention_mask), None
     ce, objective = token_losses(model, batch, z_loss)
     return torch.stack([ce, objective]), partial(_loss, batch, n_sources=n_sources)
 
@@ -84,14 +96,28 @@ def _inner_optimizers(optimizer) -> list[torch.optim.Optimizer]:
     return [opt.optimizer for opt in _megatron_optimizers(optimizer)]
 
 
+def _layout() -> dict[str, int]:
+    """This run's model- and data-parallel sizes, which fix how the distributed optimizer slices its state."""
+    return {"tp": parallel_state.get_tensor_model_parallel_world_size(),
+            "pp": parallel_state.get_pipeline_model_parallel_world_size(),
+            "dp": parallel_state.get_data_parallel_world_size()}
+
+
 class DistributedOptimizerState:
     """Checkpoint part for megatron's distributed optimizer: its common state (param groups, step)
-    and the parameter state (fp32 main weights, Adam moments) gathered on data-parallel rank 0."""
+    and the parameter state (fp32 main weights, Adam moments) gathered on data-parallel rank 0.
+    Only without model parallelism: rank 0 writes the gathered checkpoint, and under tp or pp its
+    gather holds its own model-parallel rank's parameters (`require_cuda_layout` refuses that)."""
 
     def __init__(self, optimizer):
         self.optimizer = optimizer
 
     def state_dict(self) -> dict[str, Any]:
+        layout = _layout()
+        if layout["tp"] * layout["pp"] > 1:
+            raise CheckpointError(f"the distributed optimizer's gathered state would hold one model-parallel rank's "
+                                  f"share at tp={layout['tp']} pp={layout['pp']}; use schedule.checkpoint_format="
+                                  "sharded")
         return {"common": self.optimizer.state_dict(),
                 "params": [opt.get_parameter_state_dp_zero() for opt in _megatron_optimizers(self.optimizer)]}
 
@@ -108,54 +134,27 @@ class DistributedOptimizerState:
                 inner.state[p]["step"] = step.clone()
 
 
-class CudaShardedModel:
-    """Checkpoint part for the cuda engine's model: whole (`state_dict`, the gathered format) or written through
-    torch.distributed.checkpoint under the cpu backend's keys, `model/<name>` (tp=pp=1 here: every rank holds the
-    whole model, which DCP writes once).  Not yet run on a GPU: bench/gpu_mfu.py's resume check saves and
-    restores it."""
-
-    def __init__(self, model: torch.nn.Module, gpt: torch.nn.Module):
-        self.model, self.gpt = model, gpt   # megatron's DDP (what trains), and the GPTModel inside it
-
-    def state_dict(self) -> dict[str, Any]:
-        return self.model.state_dict()
-
-    def _tensors(self) -> dict[str, torch.Tensor]:
-        return {k: v for k, v in self.gpt.state_dict().items() if torch.is_tensor(v)}   # _extra_state is None
-
-    def sharded_state_dict(self, copy: bool = False) -> dict[str, torch.Tensor]:
-        return {f"model/{k}": v.detach().clone() if copy else v for k, v in self._tensors().items()}
-
-    def sharded_extra(self) -> dict[str, Any]:
-        return {"names": list(self.gpt.state_dict())}
-
-    def load_state_dict(self, state: Any) -> None:
-        if not isinstance(state, ShardedRef):
-            return self.model.load_state_dict(state)
-        from torch.distributed.checkpoint import load
-
-        template = {f"model/{k}": torch.empty_like(v) for k, v in self._tensors().items()}
-        load(template, checkpoint_id=state.path)
-        self.gpt.load_state_dict({k: template.get(f"model/{k}", v) for k, v in self.gpt.state_dict().items()})
-
-
 class ShardedDistributedOptimizer(DistributedOptimizerState):
-    """The distributed optimizer's state as each data-parallel rank's own ZeRO-1 slices (fp32 main weights, Adam
-    moments, step), written through torch.distributed.checkpoint without a gather, under
-    `optimizer/<optimizer>/dp<rank>/<parameter>/<tensor>`; the param groups' settings in `common.pt`.  Like
-    megatron's `dp_reshardable` format it loads at the data-parallel size that wrote it (at another, resume from
-    a gathered checkpoint).  The gathered format (the parent's) stays.  Not yet run on a GPU."""
+    """The distributed optimizer's state as each rank's own ZeRO-1 slices (fp32 main weights, Adam moments, step),
+    written through torch.distributed.checkpoint without a gather, under
+    `optimizer/<optimizer>/tp<t>.pp<p>.dp<d>/<parameter>/<tensor>` (the parameter by its whole-model name); the
+    param groups' settings in `common.pt` (megatron matches them to each rank's groups by their kind).  Like
+    megatron's `dp_reshardable` format it loads at the tensor-, pipeline- and data-parallel sizes that wrote it
+    (at another, at tp=pp=1 resume from a gathered checkpoint).  Not yet run on a GPU."""
 
     def __init__(self, optimizer, gpt: torch.nn.Module):
         super().__init__(optimizer)
-        self.names = {param: name for name, param in gpt.named_parameters()}
+        whole = _whole_names(gpt)   # layers numbered over the whole model: stages' keys never collide
+        self.names = {param: whole[name] for name, param in gpt.named_parameters()}
 
     def _slices(self):
         """(key prefix, megatron optimizer, model parameter) for each parameter this rank holds a slice of."""
-        dp_rank = parallel_state.get_data_parallel_rank()
+        ps = parallel_state
+        rank = (f"tp{ps.get_tensor_model_parallel_rank()}.pp{ps.get_pipeline_model_parallel_rank()}"
+                f".dp{ps.get_data_parallel_rank()}")
         for index, opt in enumerate(_megatron_optimizers(self.optimizer)):
             for param in opt.model_param_group_index_map:
-                yield f"optimizer/{index}/dp{dp_rank}/{self.names[param]}", opt, param
+                yield f"optimizer/{index}/{rank}/{self.names[param]}", opt, param
 
     def sharded_state_dict(self, copy: bool = False) -> dict[str, torch.Tensor]:
         out = {}
@@ -165,19 +164,19 @@ class ShardedDistributedOptimizer(DistributedOptimizerState):
         return out
 
     def sharded_extra(self) -> dict[str, Any]:
-        return {"common": self.optimizer.state_dict(), "dp": parallel_state.get_data_parallel_world_size()}
+        return {"common": self.optimizer.state_dict(), "layout": _layout()}
 
     def load_state_dict(self, state: Any) -> None:
         if not isinstance(state, ShardedRef):
             return super().load_state_dict(state)
         from torch.distributed.checkpoint import load
 
-        dp = parallel_state.get_data_parallel_world_size()
-        if state.extra["dp"] != dp:
-            raise CheckpointError(f"{state.path}: the distributed optimizer's slices were written at dp="
-                                  f"{state.extra['dp']}, and load only at that data-parallel size (this run: dp={dp}); "
-                                  "resume at that size, or from a checkpoint written with "
-                                  "schedule.checkpoint_format=gathered")
+        written, layout = state.extra["layout"], _layout()
+        if written != layout:
+            at = lambda sizes: " ".join(f"{k}={v}" for k, v in sizes.items())   # noqa: E731
+            raise CheckpointError(f"{state.path}: the distributed optimizer's slices were written at {at(written)} "
+                                  f"and load only at those sizes (this run: {at(layout)}); resume at that layout, "
+                                  "or (at tp=pp=1) from a checkpoint written with schedule.checkpoint_format=gathered")
         self.optimizer.load_state_dict(state.extra["common"])   # allocates the state tensors the slices fill
         slices = list(self._slices())
         template = {f"{key}/{name}": torch.empty_like(tensor) for key, opt, param in slices
@@ -194,13 +193,31 @@ class ShardedDistributedOptimizer(DistributedOptimizerState):
                     param_state["step"] = param_state["step"].clone()
 
 
+def require_cuda_layout(cfg: TrainerConfig, dims: ParallelDims) -> None:
+    """What the cuda engine runs: tensor, pipeline (1F1B) and data parallelism.  Checked before any process group
+    is set up, so a layout it cannot run fails with a message, not a hang or a wrong model."""
+    if dims.cp > 1:
+        raise ParallelDimsError(f"parallel.cp={dims.cp}: context parallelism needs Transformer Engine's attention "
+                                "(megatron-core's local layers and trainer/attention.py's SDPA see whole sequences); "
+                                "set parallel.cp=1")
+    if dims.vp > 1:
+        raise ParallelDimsError(f"parallel.vp={dims.vp}: the interleaved schedule runs on the cpu backend only for now "
+                                "(the cuda engine wraps one model chunk per stage); set parallel.vp=1")
+    if dims.pp > 1:
+        dims.require_model_split(cfg.model.num_layers)
+        if cfg.evaluation.tasks:
+            raise ConfigError(f"evaluation.tasks={list(cfg.evaluation.tasks)} with parallel.pp={dims.pp}: downstream "
+                              "scoring through the pipeline runs on the cpu backend only for now; set "
+                              "evaluation.tasks=[] or parallel.pp=1")
+    if dims.tp * dims.pp > 1 and cfg.schedule.checkpoint_format != "sharded":
+        raise ConfigError(f"schedule.checkpoint_format={cfg.schedule.checkpoint_format} at tp={dims.tp} pp={dims.pp}: "
+                          "the distributed optimizer's gathered state holds one model-parallel rank's share; set "
+                          "schedule.checkpoint_format=sharded")
+
+
 class CudaEngine:
     def __init__(self, cfg: TrainerConfig, backend: Backend, vocab_size: int):
-        if backend.dims.tp * backend.dims.pp > 1:
-            # Its checkpoints would hold rank 0's shard only: whole-state saving across model-parallel ranks
-            # (megatron's dist_checkpointing) is not wired in yet. Data parallelism is.
-            raise ConfigError(f"the cuda backend trains tp=pp=1 (any dp) for now, got tp={backend.dims.tp} "
-                              f"pp={backend.dims.pp}: its checkpoints cannot yet gather model-parallel shards")
+        require_cuda_layout(cfg, backend.dims)
         self.cfg, self.backend = cfg, backend
         bf16 = cfg.cuda.precision == "bf16"
         gpt = build_model(cfg.model, vocab_size, cfg.cuda).cuda(backend.device)
@@ -230,7 +247,7 @@ class CudaEngine:
 
     def parts(self) -> dict[str, Any]:
         """Sharded or gathered, as `schedule.checkpoint_format` says (trainer/checkpoint.py); either loads."""
-        return {"model": CudaShardedModel(self.model, self.gpt),
+        return {"model": ShardedModel(self.gpt),
                 "optimizer": ShardedDistributedOptimizer(self.optimizer, self.gpt), "scheduler": self.scheduler}
 
     @property
@@ -238,9 +255,22 @@ class CudaEngine:
         return self.optimizer.param_groups[0]["lr"]
 
     def _run(self, batches: list[Batch], forward_only: bool) -> float:
-        reports = self._reports(batches, forward_only)
-        total = torch.stack([r["lm loss"] for r in reports]).sum(0)
+        """The global batch's mean cross entropy per token, the same on every rank."""
+        total = self._totals(self._reports(batches, forward_only), "lm loss", (2,), torch.float32)
         return (total[0] / total[1]).item()
+
+    def _totals(self, reports: list[dict], key: str, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
+        """`key` summed over this step's micro-batches (the last pipeline stage holds them; megatron's schedule
+        returns nothing on the others), then over the data-parallel ranks: on every rank, so that all take the
+        same decision on a bad step."""
+        total = (torch.stack([r[key] for r in reports]).sum(0).to(dtype) if reports
+                 else torch.zeros(shape, dtype=dtype, device=self.backend.device))
+        if self.backend.dims.pp > 1:
+            torch.distributed.broadcast(total, src=parallel_state.get_pipeline_model_parallel_last_rank(),
+                                        group=parallel_state.get_pipeline_model_parallel_group())
+        if self.backend.dims.dp > 1:
+            torch.distributed.all_reduce(total, group=parallel_state.get_data_parallel_group())
+        return total
 
     def _reports(self, batches: list[Batch], forward_only: bool, n_sources: int = 0) -> list[dict]:
         return self.forward_backward(
@@ -277,19 +307,20 @@ class CudaEngine:
         return reason, grad_norm
 
     def token_log_probs(self, batches: Sequence[tuple[torch.Tensor, torch.Tensor]]) -> list[torch.Tensor]:
-        """Downstream scoring (trainer/downstream.py): tp=pp=1 here, so one forward pass per micro-batch."""
+        """Downstream scoring (trainer/downstream.py): pp=1 here (`require_cuda_layout`), so one forward pass per
+        micro-batch; under tensor parallelism megatron's vocabulary-parallel cross entropy gives every rank the
+        whole log-probabilities."""
         return model_log_probs(self.gpt, self.backend.device)(batches)
 
     @torch.no_grad()
     def evaluate(self, batches: list[Batch], n_sources: int = 0) -> tuple[float, torch.Tensor | None]:
-        """Validation cross entropy per token, and per source [n_sources, 2] (loss sum, tokens) when asked
-        (on this rank's share of the validation batches)."""
+        """Validation cross entropy per token, and per source [n_sources, 2] (loss sum, tokens) when asked, over
+        every data-parallel rank's share of the validation batches (as the cpu engine's)."""
         self.model.eval()
         try:
             reports = self._reports(batches, forward_only=True, n_sources=n_sources)
         finally:
             self.model.train()
-        total = torch.stack([r["lm loss"] for r in reports]).sum(0)
-        by_source = (torch.stack([r["by source"] for r in reports]).sum(0).cpu()
-                     if n_sources and reports and "by source" in reports[0] else None)
+        total = self._totals(reports, "lm loss", (2,), torch.float64)
+        by_source = self._totals(reports, "by source", (n_sources, 2), torch.float64).cpu() if n_sources else None
         return (total[0] / total[1]).item(), by_source

@@ -99,19 +99,25 @@ def count_parameters(model: torch.nn.Module) -> int:
     """The whole model's parameters, however it is split: a tensor-parallel shard counts once per shard, a
     pipeline stage adds the others' (the last stage's copy of a tied embedding left out). Under model
     parallelism every rank of the model-parallel group must call it (it sums over that group)."""
-    if not (parallel_state.model_parallel_is_initialized()
-            and torch.distributed.get_world_size(parallel_state.get_model_parallel_group()) > 1):
-        return sum(p.numel() for p in model.parameters())
-    tp = parallel_state.get_tensor_model_parallel_world_size()
-    mine = sum(p.numel() * (tp if getattr(p, "tensor_model_parallel", False) else 1) for p in model.parameters()
-               if not getattr(p, "shared", False))   # megatron marks the last stage's tied-embedding copy shared
-    total = torch.tensor(mine, dtype=torch.int64)
-    torch.distributed.all_reduce(total, group=parallel_state.get_pipeline_model_parallel_group())
-    return int(total)
+    return _whole_count(model, lambda name: True)
 
 
 def transformer_parameters(model: torch.nn.Module) -> int:
-    """Parameters outside the input embedding and the output layer (the N of the PaLM FLOPs formula)."""
+    """Parameters outside the input embedding and the output layer (the N of the PaLM FLOPs formula), of the
+    whole model as `count_parameters` counts them (collective likewise)."""
     skip = ("embedding.", "output_layer.")
-    return sum(p.numel() for name, p in model.named_parameters()
-               if not any(part in name for part in skip))
+    return _whole_count(model, lambda name: not any(part in name for part in skip))
+
+
+def _whole_count(model: torch.nn.Module, counts) -> int:
+    named = [(name, p) for name, p in model.named_parameters() if counts(name)]
+    if not (parallel_state.model_parallel_is_initialized()
+            and torch.distributed.get_world_size(parallel_state.get_model_parallel_group()) > 1):
+        return sum(p.numel() for _, p in named)
+    tp = parallel_state.get_tensor_model_parallel_world_size()
+    mine = sum(p.numel() * (tp if getattr(p, "tensor_model_parallel", False) else 1) for _, p in named
+               if not getattr(p, "shared", False))   # megatron marks the last stage's tied-embedding copy shared
+    # on the parameters' device: the pipeline group is gloo on the cpu backend, NCCL (CUDA tensors only) on cuda
+    total = torch.tensor(mine, dtype=torch.int64, device=next(model.parameters()).device)
+    torch.distributed.all_reduce(total, group=parallel_state.get_pipeline_model_parallel_group())
+    return int(total)

@@ -36,11 +36,12 @@ class ShardedRef:
     extra: Any = None    # what the part needs besides its shards (the optimizer: its param groups' settings)
 
 
-def _tp_mesh() -> DeviceMesh | None:
+def _tp_mesh(model: torch.nn.Module) -> DeviceMesh | None:
+    """megatron's tensor-parallel group as a mesh on the device the model is on (gloo on the cpu, NCCL on cuda)."""
     group = parallel_state.get_tensor_model_parallel_group()
     if dist.get_world_size(group) == 1:
         return None
-    return DeviceMesh.from_group(group, "cpu")
+    return DeviceMesh.from_group(group, next(model.parameters()).device.type)
 
 
 def _placed(local: torch.Tensor, dim: int | None, mesh: DeviceMesh | None) -> torch.Tensor:
@@ -64,7 +65,7 @@ class ShardedModel(WholeModel):
     def __init__(self, model: torch.nn.Module):
         super().__init__(model)
         self.whole_names = _whole_names(model)
-        self.mesh = _tp_mesh()
+        self.mesh = _tp_mesh(model)
 
     def sharded_state_dict(self, copy: bool = False) -> dict[str, torch.Tensor]:
         """`model/<whole name>` -> this rank's tensor (DTensor when tensor-parallel); `copy` detaches a snapshot
@@ -102,7 +103,7 @@ class ShardedOptimizer(WholeOptimizer):
     def __init__(self, optimizer: torch.optim.Optimizer, model: torch.nn.Module):
         super().__init__(optimizer, model)
         self.names = _whole_names(model)
-        self.mesh = _tp_mesh()
+        self.mesh = _tp_mesh(model)
         self.whole_order = self.whole or [self.names[n] for n in self.local]   # state index -> whole name
 
     def _key(self, index: int, moment: str) -> str:

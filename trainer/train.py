@@ -105,8 +105,9 @@ def _train(cfg: TrainerConfig, paths: Paths, manifest: Manifest, folder: RunFold
         state = engine.parts() | {"progress": progress, "rng": RNGState(), "stability": guard}
         if resume:
             _resume(folder, state, cfg, manifest.sha256)
-        parameters = count_parameters(engine.gpt)
-        model_info = {"model.parameters": parameters, "model.padded_vocab_size": vocab_size}
+        model_info = {"model.parameters": count_parameters(engine.gpt),   # collective under model parallelism
+                      "model.non_embedding_parameters": transformer_parameters(engine.gpt),
+                      "model.padded_vocab_size": vocab_size}
         stages = stage_plan(datasets, cfg.batch.global_batch_size)
         if datasets.staged:   # the staged mix's boundaries, as MLflow params (data.stage.<name>.first_step)
             model_info |= {f"data.stage.{s['stage']}.first_step": s["first_step"] for s in stages}
@@ -124,7 +125,7 @@ def _train(cfg: TrainerConfig, paths: Paths, manifest: Manifest, folder: RunFold
         meter = Meter(cfg.schedule.steps, progress.step)
         tokens_per_step = cfg.batch.global_batch_size * cfg.model.seq_length
         log.info("training %s parameters (vocab %d -> %d) on %d tokens in %d shards, %d steps of %d tokens",
-                 f"{parameters:,}", manifest.vocab_size, vocab_size, manifest.total_tokens,
+                 f"{model_info['model.parameters']:,}", manifest.vocab_size, vocab_size, manifest.total_tokens,
                  len(manifest.shards), cfg.schedule.steps, tokens_per_step)
 
         checkpoint = folder.latest_checkpoint()   # what result.json names if no step is left to run

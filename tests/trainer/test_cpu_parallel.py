@@ -115,6 +115,8 @@ def single(manifest_path, tmp_path_factory) -> Path:
 def test_parallel_run_matches_the_single_process(manifest_path, tmp_path, single, processes, layout):
     run(manifest_path, tmp_path, processes, *layout)
     assert param(tmp_path, "model.parameters") == param(single, "model.parameters")   # the whole model's size
+    # the N of the MFU formula: the whole model's, not this rank's shard of it
+    assert param(tmp_path, "model.non_embedding_parameters") == param(single, "model.non_embedding_parameters")
     # losses within 1e-5 (the bar); the gradient norm, a sum of squares over differently split and
     # summed shards, within 1e-4
     for name, tolerance in (("loss", 1e-5), ("grad_norm", 1e-4)):
