@@ -109,13 +109,21 @@ def _open_cuda(cfg: TrainerConfig) -> Iterator[Backend]:
         else:
             dist.init_process_group("nccl", init_method=f"tcp://127.0.0.1:{_free_port()}", rank=0, world_size=1,
                                     device_id=torch.device("cuda", local_rank))
-    dims = ParallelDims(tp=cfg.parallel.tp, pp=cfg.parallel.pp, cp=cfg.parallel.cp, dp=cfg.parallel.dp,
-                        world_size=dist.get_world_size(), vp=cfg.parallel.vp)
+    try:
+        dims = ParallelDims(tp=cfg.parallel.tp, pp=cfg.parallel.pp, cp=cfg.parallel.cp, dp=cfg.parallel.dp,
+                            world_size=dist.get_world_size(), vp=cfg.parallel.vp)
+        from trainer.gpu import require_cuda_layout   # here: trainer/gpu.py builds on this module
+        require_cuda_layout(cfg, dims)
+    except ConfigError:
+        if owns_group:
+            dist.destroy_process_group()
+        raise
     patches = ((mcore_patches.OPTIMIZER_PATCHES if cfg.cuda.fused_optimizer else ())
                + (mcore_patches.COMPILE_PATCHES if cfg.cuda.compile else ()))
     try:
         parallel_state.initialize_model_parallel(tensor_model_parallel_size=dims.tp,
                                                  pipeline_model_parallel_size=dims.pp,
+                                                 virtual_pipeline_model_parallel_size=dims.vp if dims.vp > 1 else None,
                                                  context_parallel_size=dims.cp)
         torch.manual_seed(cfg.seed)
         model_parallel_cuda_manual_seed(cfg.seed)

@@ -15,6 +15,7 @@ from megatron.core import parallel_state
 from megatron.core.pipeline_parallel import get_forward_backward_func
 from megatron.core.tensor_parallel import param_is_not_tensor_parallel_duplicate
 from megatron.core.transformer.module import param_is_not_shared
+from megatron.core.utils import get_attr_wrapped_model
 
 from trainer import mcore_patches
 from trainer.backend import Backend
@@ -138,36 +139,8 @@ class CpuEngine:
         (inputs, targets) micro-batch, on every rank."""
         if not self.pipelined:
             return model_log_probs(self.model, self.backend.device)(batches)
-        return self._pipeline_log_probs(batches)
-
-    @torch.no_grad()
-    def _pipeline_log_probs(self, batches: Sequence[tuple[torch.Tensor, torch.Tensor]]) -> list[torch.Tensor]:
-        """Through megatron's schedule, forward only: the last stage computes each micro-batch's log-probabilities,
-        then hands them to every stage.  The schedule passes activations of one shape, [seq_length, micro-batch,
-        hidden], so each micro-batch is right-padded to evaluation.batch_size x seq_length (causal attention
-        keeps the padding out of the real positions), and the interleaved schedule gets whole groups of pp."""
-        size, width = self.cfg.evaluation.batch_size, self.cfg.model.seq_length
-        interleaved = len(self.chunks) > 1
-        group = self.backend.dims.pp if interleaved else 1
-        count = -(-len(batches) // group) * group
-        padded = []
-        for index in range(count):
-            inputs, targets = torch.zeros(size, width, dtype=torch.long), torch.zeros(size, width, dtype=torch.long)
-            if index < len(batches):
-                given_inputs, given_targets = batches[index]
-                inputs[:given_inputs.shape[0], :given_inputs.shape[1]] = given_inputs
-                targets[:given_targets.shape[0], :given_targets.shape[1]] = given_targets
-            padded.append((inputs, targets))
         with mcore_patches.applied(mcore_patches.CPU_PIPELINE_PATCHES):
-            reports = self.forward_backward(
-                forward_step_func=_score_forward,
-                data_iterator=[iter(padded) for _ in self.chunks] if interleaved else iter(padded),
-                model=self.chunks if interleaved else self.model, num_microbatches=count, seq_length=width,
-                micro_batch_size=size, decoder_seq_length=width, forward_only=True)
-        logp = (torch.stack([r["logp"] for r in reports]).contiguous() if reports
-                else torch.zeros(count, size, width, dtype=torch.float32))
-        logp = self._from_last_stage(logp)
-        return [logp[i, :inputs.shape[0], :inputs.shape[1]] for i, (inputs, _) in enumerate(batches)]
+            return pipeline_log_probs(self.forward_backward, self.chunks, batches, self.cfg, self.backend)
 
     def _from_last_stage(self, total: torch.Tensor) -> torch.Tensor:
         """The last pipeline stage's `total` on every stage (rank 0, which logs, holds the first)."""
@@ -256,20 +229,55 @@ def _stage_forward(data_iterator, model, z_loss: float, n_tokens: torch.Tensor |
     return torch.stack([ce, objective]), partial(_stage_loss, batch, n_tokens, n_sources)
 
 
+@torch.no_grad()
+def pipeline_log_probs(forward_backward, chunks: list[torch.nn.Module],
+                       batches: Sequence[tuple[torch.Tensor, torch.Tensor]], cfg: TrainerConfig,
+                       backend: Backend) -> list[torch.Tensor]:
+    """Downstream scoring through megatron's schedule (either engine), forward only: the last stage computes each
+    micro-batch's log-probabilities, then hands them to every stage.  The schedule passes activations of one shape,
+    [seq_length, micro-batch, hidden], so each micro-batch is right-padded to evaluation.batch_size x seq_length
+    (causal attention keeps the padding out of the real positions), and the interleaved schedule gets whole groups
+    of pp."""
+    size, width = cfg.evaluation.batch_size, cfg.model.seq_length
+    interleaved = len(chunks) > 1
+    group = backend.dims.pp if interleaved else 1
+    count = -(-len(batches) // group) * group
+    padded = []
+    for index in range(count):
+        inputs = torch.zeros(size, width, dtype=torch.long, device=backend.device)
+        targets = torch.zeros(size, width, dtype=torch.long, device=backend.device)
+        if index < len(batches):
+            given_inputs, given_targets = batches[index]
+            inputs[:given_inputs.shape[0], :given_inputs.shape[1]] = given_inputs
+            targets[:given_targets.shape[0], :given_targets.shape[1]] = given_targets
+        padded.append((inputs, targets))
+    reports = forward_backward(
+        forward_step_func=_score_forward,
+        data_iterator=[iter(padded) for _ in chunks] if interleaved else iter(padded),
+        model=chunks if interleaved else chunks[0], num_microbatches=count, seq_length=width,
+        micro_batch_size=size, decoder_seq_length=width, forward_only=True)
+    logp = (torch.stack([r["logp"] for r in reports]).contiguous() if reports
+            else torch.zeros(count, size, width, dtype=torch.float32, device=backend.device))
+    dist.broadcast(logp, src=parallel_state.get_pipeline_model_parallel_last_rank(),
+                   group=parallel_state.get_pipeline_model_parallel_group())
+    return [logp[i, :inputs.shape[0], :inputs.shape[1]] for i, (inputs, _) in enumerate(batches)]
+
+
 def _score_forward(data_iterator, model):
     """megatron's forward_step_func for downstream scoring: the last stage computes each target's cross entropy
     (the earlier stages ignore the labels)."""
     inputs, targets = next(data_iterator)
-    positions = torch.arange(inputs.shape[1]).expand(inputs.shape[0], -1)
+    positions = torch.arange(inputs.shape[1], device=inputs.device).expand(inputs.shape[0], -1)
     output = model(inputs, positions, None, labels=targets)
-    if not model.post_process:
+    if not get_attr_wrapped_model(model, "post_process"):   # a GPTModel, or one inside megatron's DDP (cuda)
         return output, None
     return output, _score_report
 
 
 def _score_report(ce: torch.Tensor):
     """megatron's three-value loss contract, nothing to backpropagate: (0, tokens, log p(target) = -ce)."""
-    return ce.new_zeros(()), torch.tensor(ce.numel(), dtype=torch.int), {"logp": -ce.detach().float()}
+    tokens = torch.tensor(ce.numel(), dtype=torch.int, device=ce.device)
+    return ce.new_zeros(()), tokens, {"logp": -ce.detach().float()}
 
 
 def build_engine(cfg: TrainerConfig, backend: Backend, vocab_size: int):

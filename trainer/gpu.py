@@ -5,8 +5,8 @@ contiguous buffers), megatron's distributed optimizer (ZeRO-1: fp32 main weights
 sharded over data-parallel ranks), and megatron's forward-backward schedule, which accumulates
 micro-batches and finalises gradients (reduce-scatter over dp, the tied embedding's two copies summed
 over the first and last pipeline stages) once per step.  Tensor parallel through megatron's layers and
-pipeline parallel through its 1F1B schedule, as on the cpu backend; `require_cuda_layout` says what
-is not wired in (context parallelism, the interleaved schedule).
+pipeline parallel through its 1F1B schedule (interleaved over `parallel.vp` model chunks per stage), as on
+the cpu backend; `require_cuda_layout` refuses what is not wired in (context parallelism).
 
 What makes it fast without Transformer Engine or Apex (each lever measured by bench/gpu_mfu.py):
 - SDPA core attention (trainer/attention.py): flash/cuDNN kernels instead of an s×s score tensor;
@@ -37,7 +37,7 @@ from trainer.checkpoint import CheckpointError
 from trainer.config import TrainerConfig
 from trainer.data import Batch
 from trainer.downstream import model_log_probs
-from trainer.engine import Check, StepResult, accept_all
+from trainer.engine import Check, StepResult, accept_all, pipeline_log_probs
 from trainer.losses import source_sums, token_losses
 from trainer.model import build_model
 from trainer.optim import build_scheduler
@@ -194,21 +194,16 @@ class ShardedDistributedOptimizer(DistributedOptimizerState):
 
 
 def require_cuda_layout(cfg: TrainerConfig, dims: ParallelDims) -> None:
-    """What the cuda engine runs: tensor, pipeline (1F1B) and data parallelism.  Checked before any process group
-    is set up, so a layout it cannot run fails with a message, not a hang or a wrong model."""
+    """What the cuda engine runs: tensor, pipeline (1F1B, interleaved when parallel.vp > 1) and data parallelism.
+    Checked by the cuda backend before megatron's process groups are set up, so a layout the engine cannot run
+    fails with a message, not a hang or a wrong model."""
     if dims.cp > 1:
         raise ParallelDimsError(f"parallel.cp={dims.cp}: context parallelism needs Transformer Engine's attention "
                                 "(megatron-core's local layers and trainer/attention.py's SDPA see whole sequences); "
                                 "set parallel.cp=1")
-    if dims.vp > 1:
-        raise ParallelDimsError(f"parallel.vp={dims.vp}: the interleaved schedule runs on the cpu backend only for now "
-                                "(the cuda engine wraps one model chunk per stage); set parallel.vp=1")
     if dims.pp > 1:
         dims.require_model_split(cfg.model.num_layers)
-        if cfg.evaluation.tasks:
-            raise ConfigError(f"evaluation.tasks={list(cfg.evaluation.tasks)} with parallel.pp={dims.pp}: downstream "
-                              "scoring through the pipeline runs on the cpu backend only for now; set "
-                              "evaluation.tasks=[] or parallel.pp=1")
+        dims.require_interleavable(cfg.grad_accumulation)
     if dims.tp * dims.pp > 1 and cfg.schedule.checkpoint_format != "sharded":
         raise ConfigError(f"schedule.checkpoint_format={cfg.schedule.checkpoint_format} at tp={dims.tp} pp={dims.pp}: "
                           "the distributed optimizer's gathered state holds one model-parallel rank's share; set "
@@ -217,32 +212,40 @@ def require_cuda_layout(cfg: TrainerConfig, dims: ParallelDims) -> None:
 
 class CudaEngine:
     def __init__(self, cfg: TrainerConfig, backend: Backend, vocab_size: int):
-        require_cuda_layout(cfg, backend.dims)
-        self.cfg, self.backend = cfg, backend
+        self.cfg, self.backend = cfg, backend   # a layout that require_cuda_layout passed (trainer/backend.py)
         bf16 = cfg.cuda.precision == "bf16"
-        gpt = build_model(cfg.model, vocab_size, cfg.cuda).cuda(backend.device)
-        self.gpt = gpt
-        if cfg.cuda.compile:
-            for layer in gpt.decoder.layers:
+        vp = backend.dims.vp
+        # this rank's pipeline stage: one model, or under the interleaved schedule `vp` chunks (megatron's get_model)
+        self.chunks = [build_model(cfg.model, vocab_size, cfg.cuda, vp_stage=i if vp > 1 else None).cuda(backend.device)
+                       for i in range(vp)]
+        for chunk in self.chunks if cfg.cuda.compile else ():
+            for layer in chunk.decoder.layers:
                 layer.compile()   # in place: parameter names and state_dict keys stay those of megatron
-        wrapped = Float16Module(gpt.config, gpt) if bf16 else gpt
+        # what the checkpoint parts and the parameter counts read (state_dict keys "<chunk>.<name>" when interleaved)
+        self.gpt = self.chunks[0] if vp == 1 else torch.nn.ModuleList(self.chunks)
         ddp_config = DistributedDataParallelConfig(
             grad_reduce_in_fp32=True, use_distributed_optimizer=True,
             overlap_grad_reduce=cfg.cuda.overlap_grad_reduce and backend.dims.dp > 1)
-        self.model = DistributedDataParallel(config=gpt.config, ddp_config=ddp_config, module=wrapped)
+        # one DDP per chunk, the later chunks' gradients in a single bucket, as megatron's get_model wraps them
+        self.wrapped = [DistributedDataParallel(config=chunk.config, ddp_config=ddp_config,
+                                                module=Float16Module(chunk.config, chunk) if bf16 else chunk,
+                                                disable_bucketing=index > 0)
+                        for index, chunk in enumerate(self.chunks)]
+        self.model = self.wrapped[0]
         o = cfg.optim
         self.optimizer = get_megatron_optimizer(
             OptimizerConfig(optimizer="adam", lr=o.lr, min_lr=o.min_lr, weight_decay=o.weight_decay,
                             adam_beta1=o.beta1, adam_beta2=o.beta2, adam_eps=o.eps, clip_grad=o.grad_clip,
-                            bf16=bf16, params_dtype=gpt.config.params_dtype, use_distributed_optimizer=True),
-            [self.model])
+                            bf16=bf16, params_dtype=self.chunks[0].config.params_dtype, use_distributed_optimizer=True),
+            self.wrapped)
         if cfg.cuda.fused_optimizer:
             use_fused_adamw(self.optimizer)
         self.scheduler = build_scheduler(self.optimizer, o, cfg.schedule.steps)
-        config = gpt.config
-        config.no_sync_func = self.model.no_sync
-        config.finalize_model_grads_func = finalize_model_grads
-        config.grad_scale_func = self.optimizer.scale_loss
+        for chunk in self.chunks:
+            config = chunk.config
+            config.no_sync_func = [m.no_sync for m in self.wrapped] if vp > 1 else self.model.no_sync
+            config.finalize_model_grads_func = finalize_model_grads
+            config.grad_scale_func = self.optimizer.scale_loss
         self.forward_backward = get_forward_backward_func()
 
     def parts(self) -> dict[str, Any]:
@@ -273,16 +276,19 @@ class CudaEngine:
         return total
 
     def _reports(self, batches: list[Batch], forward_only: bool, n_sources: int = 0) -> list[dict]:
+        interleaved = len(self.wrapped) > 1   # megatron's interleaved schedule: a model and a data iterator per chunk
         return self.forward_backward(
             forward_step_func=partial(_forward_step, z_loss=self.cfg.optim.z_loss, n_sources=n_sources),
-            data_iterator=iter(batches), model=self.model,
+            data_iterator=[iter(batches) for _ in self.wrapped] if interleaved else iter(batches),
+            model=self.wrapped if interleaved else self.model,
             num_microbatches=len(batches), seq_length=self.cfg.model.seq_length,
             micro_batch_size=self.cfg.batch.micro_batch_size, decoder_seq_length=self.cfg.model.seq_length,
             forward_only=forward_only)
 
     def step(self, batches: list[Batch], check: Check = accept_all) -> StepResult:
         began = time.perf_counter()
-        self.model.zero_grad_buffer()
+        for model in self.wrapped:
+            model.zero_grad_buffer()
         self.optimizer.zero_grad()
         loss = self._run(batches, forward_only=False)     # .item() waits for the backward pass
         backward_done = time.perf_counter()
@@ -307,20 +313,24 @@ class CudaEngine:
         return reason, grad_norm
 
     def token_log_probs(self, batches: Sequence[tuple[torch.Tensor, torch.Tensor]]) -> list[torch.Tensor]:
-        """Downstream scoring (trainer/downstream.py): pp=1 here (`require_cuda_layout`), so one forward pass per
-        micro-batch; under tensor parallelism megatron's vocabulary-parallel cross entropy gives every rank the
-        whole log-probabilities."""
+        """Downstream scoring (trainer/downstream.py): one forward pass per micro-batch (under tensor parallelism
+        megatron's vocabulary-parallel cross entropy gives every rank the whole log-probabilities), or through the
+        pipeline as the cpu engine scores."""
+        if self.backend.dims.pp > 1:
+            return pipeline_log_probs(self.forward_backward, self.wrapped, batches, self.cfg, self.backend)
         return model_log_probs(self.gpt, self.backend.device)(batches)
 
     @torch.no_grad()
     def evaluate(self, batches: list[Batch], n_sources: int = 0) -> tuple[float, torch.Tensor | None]:
         """Validation cross entropy per token, and per source [n_sources, 2] (loss sum, tokens) when asked, over
         every data-parallel rank's share of the validation batches (as the cpu engine's)."""
-        self.model.eval()
+        for model in self.wrapped:
+            model.eval()
         try:
             reports = self._reports(batches, forward_only=True, n_sources=n_sources)
         finally:
-            self.model.train()
+            for model in self.wrapped:
+                model.train()
         total = self._totals(reports, "lm loss", (2,), torch.float64)
         by_source = self._totals(reports, "by source", (n_sources, 2), torch.float64).cpu() if n_sources else None
         return (total[0] / total[1]).item(), by_source

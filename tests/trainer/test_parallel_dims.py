@@ -40,22 +40,21 @@ def test_the_cuda_engine_runs_tensor_pipeline_and_data_parallel_and_refuses_what
     from conf import ConfigError
     from trainer.gpu import require_cuda_layout
 
-    sharded = tiny_config("schedule.checkpoint_format=sharded", "evaluation.tasks=[]")
-    for tp, pp, dp in ((2, 2, 2), (8, 1, 1), (1, 2, 4), (1, 1, 8)):
+    sharded = tiny_config("schedule.checkpoint_format=sharded", "model.num_layers=8")
+    for tp, pp, dp in ((2, 2, 2), (8, 1, 1), (1, 2, 4), (1, 1, 8), (1, 4, 1)):
         require_cuda_layout(sharded, ParallelDims(tp=tp, pp=pp, cp=1, dp=dp, world_size=tp * pp * dp))
     with pytest.raises(ParallelDimsError, match="parallel.cp=2: context parallelism needs Transformer Engine"):
         require_cuda_layout(sharded, ParallelDims(tp=1, pp=1, cp=2, dp=1, world_size=2))
-    with pytest.raises(ParallelDimsError, match="parallel.vp=2: the interleaved schedule runs on the cpu backend"):
-        require_cuda_layout(sharded, ParallelDims(tp=1, pp=2, cp=1, dp=1, world_size=2, vp=2))
+    # the interleaved schedule: 16 / 8 = 2 micro-batches per step, a whole group of pp=2, not of pp=4
+    require_cuda_layout(sharded, ParallelDims(tp=1, pp=2, cp=1, dp=1, world_size=2, vp=2))
+    with pytest.raises(ParallelDimsError, match="micro-batches per step and data-parallel rank, .* = 2, to be a "
+                                                "multiple of parallel.pp=4"):
+        require_cuda_layout(sharded, ParallelDims(tp=1, pp=4, cp=1, dp=1, world_size=4, vp=2))
     layers = sharded.model.num_layers
     with pytest.raises(ParallelDimsError, match=f"model.num_layers={layers} does not split evenly"):
         require_cuda_layout(sharded, ParallelDims(tp=1, pp=layers + 1, cp=1, dp=1, world_size=layers + 1))
-    gathered = tiny_config("schedule.checkpoint_format=gathered", "evaluation.tasks=[]")
+    gathered = tiny_config("schedule.checkpoint_format=gathered")
     require_cuda_layout(gathered, ParallelDims(tp=1, pp=1, cp=1, dp=4, world_size=4))   # dp alone gathers whole
     with pytest.raises(ConfigError, match="checkpoint_format=gathered at tp=2 pp=1: the distributed optimizer's "
                                           "gathered state holds one model-parallel rank's share"):
         require_cuda_layout(gathered, ParallelDims(tp=2, pp=1, cp=1, dp=1, world_size=2))
-    scored = tiny_config("schedule.checkpoint_format=sharded", "evaluation.tasks=[task.jsonl]")
-    require_cuda_layout(scored, ParallelDims(tp=2, pp=1, cp=1, dp=1, world_size=2))   # scored by every tp rank
-    with pytest.raises(ConfigError, match=r"evaluation.tasks=\['task.jsonl'\] with parallel.pp=2: downstream"):
-        require_cuda_layout(scored, ParallelDims(tp=1, pp=2, cp=1, dp=1, world_size=2))
