@@ -142,12 +142,6 @@ class CpuEngine:
         with mcore_patches.applied(mcore_patches.CPU_PIPELINE_PATCHES):
             return pipeline_log_probs(self.forward_backward, self.chunks, batches, self.cfg, self.backend)
 
-    def _from_last_stage(self, total: torch.Tensor) -> torch.Tensor:
-        """The last pipeline stage's `total` on every stage (rank 0, which logs, holds the first)."""
-        dist.broadcast(total, src=parallel_state.get_pipeline_model_parallel_last_rank(),
-                       group=parallel_state.get_pipeline_model_parallel_group())
-        return total
-
     def _pipeline_step(self, batches: list[Batch], n_tokens: torch.Tensor) -> float:
         sums = self._pipeline(batches, forward_only=False, n_tokens=n_tokens)
         loss = torch.zeros((), dtype=torch.float64)
@@ -163,7 +157,7 @@ class CpuEngine:
             weight = chunk.shared_embedding_or_output_weight()
             if weight.grad is not None:
                 dist.all_reduce(weight.grad, group=parallel_state.get_embedding_group())
-        return self._from_last_stage(loss).item()
+        return from_last_stage(loss).item()
 
     def _clip_grads(self) -> torch.Tensor:
         """The global gradient norm before clipping; under tensor and pipeline parallelism each sharded parameter
@@ -189,7 +183,7 @@ class CpuEngine:
         if self.pipelined:
             for row in self._pipeline(batches, forward_only=True, n_sources=n_sources):
                 total += row
-            total = self._from_last_stage(total)
+            total = from_last_stage(total)
         for batch in batches if not self.pipelined else ():
             ce, _ = token_losses(self.model, batch)
             total += _sums(ce, batch, n_sources)
@@ -258,9 +252,16 @@ def pipeline_log_probs(forward_backward, chunks: list[torch.nn.Module],
         micro_batch_size=size, decoder_seq_length=width, forward_only=True)
     logp = (torch.stack([r["logp"] for r in reports]).contiguous() if reports
             else torch.zeros(count, size, width, dtype=torch.float32, device=backend.device))
-    dist.broadcast(logp, src=parallel_state.get_pipeline_model_parallel_last_rank(),
-                   group=parallel_state.get_pipeline_model_parallel_group())
+    from_last_stage(logp)
     return [logp[i, :inputs.shape[0], :inputs.shape[1]] for i, (inputs, _) in enumerate(batches)]
+
+
+def from_last_stage(tensor: torch.Tensor) -> torch.Tensor:
+    """The last pipeline stage's `tensor`, in place on every stage of this rank's pipeline (either engine: megatron's
+    schedule returns the loss reports on the last stage only, and rank 0, which logs, is on the first)."""
+    dist.broadcast(tensor, src=parallel_state.get_pipeline_model_parallel_last_rank(),
+                   group=parallel_state.get_pipeline_model_parallel_group())
+    return tensor
 
 
 def _score_forward(data_iterator, model):

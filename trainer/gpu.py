@@ -37,7 +37,7 @@ from trainer.checkpoint import CheckpointError
 from trainer.config import TrainerConfig
 from trainer.data import Batch
 from trainer.downstream import model_log_probs
-from trainer.engine import Check, StepResult, accept_all, pipeline_log_probs
+from trainer.engine import Check, StepResult, accept_all, from_last_stage, pipeline_log_probs
 from trainer.losses import source_sums, token_losses
 from trainer.model import build_model
 from trainer.optim import build_scheduler
@@ -269,8 +269,7 @@ class CudaEngine:
         total = (torch.stack([r[key] for r in reports]).sum(0).to(dtype) if reports
                  else torch.zeros(shape, dtype=dtype, device=self.backend.device))
         if self.backend.dims.pp > 1:
-            torch.distributed.broadcast(total, src=parallel_state.get_pipeline_model_parallel_last_rank(),
-                                        group=parallel_state.get_pipeline_model_parallel_group())
+            from_last_stage(total)
         if self.backend.dims.dp > 1:
             torch.distributed.all_reduce(total, group=parallel_state.get_data_parallel_group())
         return total

@@ -123,6 +123,7 @@ def _train(cfg: TrainerConfig, paths: Paths, manifest: Manifest, folder: RunFold
         val_batches = [to_device(b, backend.device) for b in eval_batches(cfg, datasets, manifest.eod_id)]
         downstream = _downstream(cfg, manifest, backend.device)
         meter = Meter(cfg.schedule.steps, progress.step)
+        throughput = Throughput(cfg, model_info["model.non_embedding_parameters"])
         tokens_per_step = cfg.batch.global_batch_size * cfg.model.seq_length
         log.info("training %s parameters (vocab %d -> %d) on %d tokens in %d shards, %d steps of %d tokens",
                  f"{model_info['model.parameters']:,}", manifest.vocab_size, vocab_size, manifest.total_tokens,
@@ -134,9 +135,9 @@ def _train(cfg: TrainerConfig, paths: Paths, manifest: Manifest, folder: RunFold
                               backend.device, progress.skip_batches)
 
         try:
-            stopped, checkpoint = _loop(cfg, manifest, folder, engine, loader_from, lineage,
-                                        Evaluations(val_batches, datasets.source_names, downstream), meter, progress, state, checkpoint,
-                                        stop_after)
+            evaluations = Evaluations(val_batches, datasets.source_names, downstream)
+            stopped, checkpoint = _loop(cfg, manifest, folder, engine, loader_from, lineage, evaluations, meter,
+                                        throughput, progress, state, checkpoint, stop_after)
         except BaseException as exc:
             # The lineage keeps every finished step; MLflow says the run did not finish (KILLED on Ctrl-C/SIGTERM).
             lineage.close()
@@ -180,15 +181,16 @@ def _downstream(cfg: TrainerConfig, manifest: Manifest, device) -> Downstream | 
 
 
 def _loop(cfg: TrainerConfig, manifest: Manifest, folder: RunFolder, engine, loader_from,
-          lineage: LineageWriter, evaluations: Evaluations, meter: Meter, progress: Progress, state: dict[str, Any],
-          checkpoint: str | None, stop_after: int | None) -> tuple[bool, str | None]:
+          lineage: LineageWriter, evaluations: Evaluations, meter: Meter, throughput: Throughput,
+          progress: Progress, state: dict[str, Any], checkpoint: str | None,
+          stop_after: int | None) -> tuple[bool, str | None]:
     """The steps left in the run; (stopped by --stop-after, the newest checkpoint).  A rollback restarts
     the data from the checkpoint it returns to, without the batches that caused it."""
     while progress.step < cfg.schedule.steps:
         loader = loader_from(progress.step)
         try:
-            outcome, saved = _steps(cfg, manifest, folder, engine, loader, lineage, evaluations, meter, progress,
-                                    state, stop_after)
+            outcome, saved = _steps(cfg, manifest, folder, engine, loader, lineage, evaluations, meter, throughput,
+                                    progress, state, stop_after)
         finally:
             loader.close()
         if outcome == "rollback":
@@ -199,13 +201,12 @@ def _loop(cfg: TrainerConfig, manifest: Manifest, folder: RunFolder, engine, loa
 
 
 def _steps(cfg: TrainerConfig, manifest: Manifest, folder: RunFolder, engine, loader: StepLoader,
-           lineage: LineageWriter, evaluations: Evaluations, meter: Meter, progress: Progress,
-           state: dict[str, Any], stop_after: int | None) -> tuple[str, str | None]:
+           lineage: LineageWriter, evaluations: Evaluations, meter: Meter, throughput: Throughput,
+           progress: Progress, state: dict[str, Any], stop_after: int | None) -> tuple[str, str | None]:
     """Run steps from the loader: ("done" | "stopped" (--stop-after) | "rollback" (stability.rollback_after),
     the checkpoint saved last, or None)."""
     saved = None
     tokens_per_step = cfg.batch.global_batch_size * cfg.model.seq_length
-    throughput = Throughput(cfg, engine)
     guard: SpikeGuard = state["stability"]
     began = time.perf_counter()
     for step, batches, samples in loader:
@@ -314,10 +315,9 @@ def _resume(folder: RunFolder, state: dict[str, Any], cfg: TrainerConfig, manife
 class Throughput:
     """MFU per step (PaLM formula) against the device's bf16 peak; nothing to report on a CPU."""
 
-    def __init__(self, cfg: TrainerConfig, engine):
+    def __init__(self, cfg: TrainerConfig, non_embedding_parameters: int):
         m = cfg.model
-        self.per_token = flops_per_token(transformer_parameters(engine.gpt), m.num_layers, m.hidden_size,
-                                         m.seq_length)
+        self.per_token = flops_per_token(non_embedding_parameters, m.num_layers, m.hidden_size, m.seq_length)
         self.peak = bf16_peak(torch.cuda.get_device_name()) if cfg.backend == "cuda" else None
         self.devices = torch.distributed.get_world_size() if torch.distributed.is_initialized() else 1
 
