@@ -127,6 +127,12 @@ class ToxicityScorer:
     def columns(self) -> dict[str, str]:
         return {"toxic_words": "int", "toxic_words_ratio": "double", "toxicity_prob": "double"}
 
+    def identity(self, settings: dict, paths) -> str:
+        """The word lists and the classifier ship in these packages: a new version may score differently."""
+        from importlib.metadata import version
+
+        return ",".join(f"{package}=={version(package)}" for package in ("glin-profanity", "alt-profanity-check"))
+
     def load(self, settings: dict, paths) -> None:
         from profanity_check import predict_prob   # alt-profanity-check: model shipped in the wheel, offline
 
@@ -195,6 +201,11 @@ class QualityClassifierScorer:
 
     def columns(self) -> dict[str, str]:
         return {"quality_prob": "double"}
+
+    def identity(self, settings: dict, paths) -> str:
+        """The model.json digest (it holds model.bin's sha256): a retrained classifier is a new identity."""
+        meta = join(quality_model_dir(settings, paths), QUALITY_META_FILE)
+        return storage.sha256(meta) if storage.exists(meta) else ""
 
     def load(self, settings: dict, paths) -> None:
         self.model, self.meta = load_quality_model(quality_model_dir(settings, paths), paths)

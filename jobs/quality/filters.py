@@ -8,6 +8,7 @@ threshold changes this view and nothing upstream of it.
 from __future__ import annotations
 
 from jobs.config import FilterRule, LanguageRoute, QualitySettings
+from jobs.quality.signals import state_columns
 
 LANGUAGE_REASONS = ("language_not_allowed", "language_uncertain")
 
@@ -86,6 +87,6 @@ def filtered(documents, signals, cfg: QualitySettings):
 
     check_settings(cfg, signals.columns)
     # on the text's hash too: a document whose text changed since it was scored has no current signals yet
-    joined = documents.join(signals.drop("signals_sha256"), ["doc_id", "content_sha256"])
+    joined = documents.join(signals.drop(*state_columns(signals.columns)), ["doc_id", "content_sha256"])
     return (joined.withColumn("quality_score", F.expr(cfg.quality_score).cast("double"))
             .withColumn("drop_reason", drop_reason(cfg)))

@@ -6,7 +6,8 @@
 1. Signals (`silver.signals`, keyed on doc_id): language ID (lid.176), Gopher quality and repetition, C4,
    FineWeb, bad input (empty, binary, mojibake), PII counts per type, and every model scorer enabled in
    `quality.scorers` (jobs/quality/scorers.py), over Arrow batches on the executors.  Only documents whose
-   text (content_sha256) or signal settings changed since they were scored are scored again.
+   text (content_sha256) or signal settings changed since they were scored are scored again, and of those only
+   the stale groups: enabling, re-configuring or retraining one scorer computes that scorer's columns alone.
 2. Filters: a view (`quality.view`, built by `jobs.quality.filters.filtered`) over documents and signals with
    the thresholds of `quality.filters` and per-language routing; `drop_reason` is the first failing rule.
    Changing a threshold re-decides from stored signals: no signal is recomputed.
@@ -107,46 +108,75 @@ class QualityJob(SparkJob):
 
         cfg = self.cfg.quality
         params, scorer_settings = signal_params(cfg), dict(cfg.scorers or {})
-        sha = settings_sha256(signals.signals_settings(params, scorer_settings))
-        schema = signals.table_schema(scorer_settings)   # imports every enabled scorer: a bad name fails here
-        columns = [c.split("`")[1] for c in schema.split(", ")]
-        path = self.table(cfg.tables.signals)
-        docs = spark.read.format("delta").load(self.table(cfg.input_table)).select("doc_id", "text", "content_sha256")
-        existing = _delta(spark, path)
-        rebuild = full or existing is None or existing.columns != columns
-        if rebuild:
-            todo, gone = docs, None
-        else:
-            current = existing.where(F.col("signals_sha256") == sha).select("doc_id", "content_sha256")
-            todo = docs.join(current, ["doc_id", "content_sha256"], "left_anti")
-            gone = existing.select("doc_id").join(docs.select("doc_id"), "doc_id", "left_anti")
-        self.metrics.extra.update(signals_table=cfg.tables.signals, signals_sha256=sha,
-                                  mode="full" if full else "incremental",
-                                  scorers=sorted(signals.enabled_scorers(scorer_settings)))
-        if not rebuild and is_empty(todo) and is_empty(gone):
-            log.info("quality: every document's signals are current; silver.signals unchanged")
-            self.metrics.extra.update(signals_computed=0, signals_version=table_version(spark, path))
-            return
+        columns = signals.table_columns(scorer_settings)   # imports every enabled scorer: a bad name fails here
         paths = self.paths
         # load every enabled scorer here first: a missing model stops the job at once with the command that
         # trains it, instead of failing each Spark task with the message buried in a worker traceback
         signals.LoadedScorers(scorer_settings, paths).score([], [])
-        scored = (todo.mapInArrow(lambda b: signals.arrow_batches(b, params, scorer_settings, paths, sha), schema)
-                  .persist(StorageLevel.MEMORY_AND_DISK))
+        base_sha = settings_sha256(signals.signals_settings(params))
+        scorer_shas = {name: settings_sha256(deps)
+                       for name, deps in signals.scorer_dependencies(scorer_settings, paths).items()}
+        path = self.table(cfg.tables.signals)
+        docs = spark.read.format("delta").load(self.table(cfg.input_table)).select("doc_id", "text", "content_sha256")
+        existing = _delta(spark, path)
+        stored_columns = [c for c in columns if existing is not None and c in existing.columns]
+        if full or existing is None:
+            rows = docs
+        else:   # a row's stored values ride along when its text is unchanged; the worker recomputes what is stale
+            rows = docs.join(existing.select(*stored_columns), ["doc_id", "content_sha256"], "left")
+        rows = rows.select(*[F.col(c) if c in rows.columns else F.lit(None).cast(t).alias(c)
+                             for c, t in {"text": "string", **columns}.items()])
+        stale = {name: F.col(signals.state_column(name)).isNull() | (F.col(signals.state_column(name)) != sha)
+                 for name, sha in scorer_shas.items()}
+        base_stale = F.col("signals_sha256").isNull() | (F.col("signals_sha256") != base_sha)
+        any_stale = base_stale
+        for condition in stale.values():
+            any_stale = any_stale | condition
+        todo = rows.where(any_stale)
+        schema_changed = existing is not None and set(existing.columns) != set(columns)
+        gone = (None if existing is None
+                else existing.select("doc_id").join(docs.select("doc_id"), "doc_id", "left_anti"))
+        self.metrics.extra.update(signals_table=cfg.tables.signals, signals_sha256=base_sha, scorer_sha256=scorer_shas,
+                                  mode="full" if full else "incremental", scorers=sorted(scorer_shas))
+        counts = todo.agg(F.count(F.lit(1)), F.sum(base_stale.cast("int")),
+                          *[F.sum((base_stale | condition).cast("int")) for condition in stale.values()]).first()
+        self.metrics.extra.update(signals_computed=int(counts[1] or 0),
+                                  scorers_computed={name: int(n or 0) for name, n in zip(stale, counts[2:])})
+        if not counts[0] and not schema_changed and (gone is None or is_empty(gone)):
+            log.info("quality: every document's signals are current; silver.signals unchanged")
+            self.metrics.extra["signals_version"] = table_version(spark, path)
+            return
+        scored = (todo.mapInArrow(lambda b: signals.arrow_batches(b, params, scorer_settings, paths, base_sha,
+                                                                  scorer_shas), signals.table_schema(scorer_settings))
+                  .persist(StorageLevel.MEMORY_AND_DISK))   # scored once: the write below reads it more than once
         try:
-            self.metrics.extra["signals_computed"] = scored.count()
-            if existing is not None and existing.columns != columns:
-                # new signal columns (a scorer enabled): the table is rewritten with its new schema
-                scored.write.format("delta").mode("overwrite").option("overwriteSchema", "true").save(path)
-                result = {"version": table_version(spark, path), "inserted": 0, "updated": 0, "deleted": 0}
-            elif rebuild:
-                result = merge_table(spark, scored, path, "doc_id", sync=True)
-            else:
-                result = upsert_table(spark, scored, path, "doc_id", delete_keys=gone)
+            scored.count()
+            result = self.write_signals(spark, scored, path, existing, docs, full, schema_changed, gone)
         finally:
             scored.unpersist()
         self.metrics.extra.update(signals_version=result["version"], signals_inserted=result["inserted"],
                                   signals_updated=result["updated"], signals_deleted=result["deleted"])
+        log.info("quality: base signals computed for %d documents; scorers: %s", self.metrics.extra["signals_computed"],
+                 self.metrics.extra["scorers_computed"] or "none enabled")
+
+    @staticmethod
+    def write_signals(spark, scored, path: str, existing, docs, full: bool, schema_changed: bool, gone):
+        """Commit the rescored rows: a merge when the columns are the same, else one overwrite with today's columns
+        (a scorer enabled or disabled: rows needing no new value are carried over, not scored again)."""
+        from pyspark.sql import functions as F
+
+        if existing is None or (full and not schema_changed):
+            return merge_table(spark, scored, path, "doc_id", sync=True)
+        if not schema_changed:
+            return upsert_table(spark, scored, path, "doc_id", delete_keys=gone)
+        names = scored.columns
+        carried = (existing.join(docs.select("doc_id", "content_sha256"), ["doc_id", "content_sha256"], "left_semi")
+                   .join(scored.select("doc_id"), "doc_id", "left_anti"))
+        carried = carried.select(*[F.col(c) if c in carried.columns else F.lit(None).cast(t).alias(c)
+                                   for c, t in zip(names, [f.dataType for f in scored.schema.fields])])
+        table = scored if full else scored.unionByName(carried)
+        table.write.format("delta").mode("overwrite").option("overwriteSchema", "true").save(path)
+        return {"version": table_version(spark, path), "inserted": 0, "updated": 0, "deleted": 0}
 
     # -- decide later ---------------------------------------------------------------------------------------
     def decide(self, spark, full: bool) -> None:

@@ -7,6 +7,9 @@ executors; `load` is called once per Python worker, so a model is read once, nev
 
 To add one: write a class with the four members below in its own module, add `name -> "module:Class"`
 to `SCORERS`, and a `quality.scorers.<name>` section (with at least `enabled`) to conf/jobs.yaml.
+A scorer with a model file also defines `identity(settings, paths) -> str`, a digest of the model it would
+load: the job stores a hash of each scorer's settings and identity beside its columns, so that enabling,
+re-configuring or retraining one scorer rescores that scorer's columns alone.
 """
 from __future__ import annotations
 
@@ -23,6 +26,8 @@ class Scorer(Protocol):
     def load(self, settings: dict, paths) -> None: ...   # once per Python worker; `paths` is conf.paths' loaded paths
 
     def score(self, texts: list[str], languages: list[str]) -> dict[str, list]: ...   # one value per text per column
+
+    # optional: def identity(self, settings: dict, paths) -> str   # a digest of the model `load` would read
 
 
 # name -> "module:Class", imported lazily (on the workers, only when enabled)
@@ -58,15 +63,31 @@ def make_scorer(name: str) -> Scorer:
     return scorer
 
 
+def scorer_column_groups(names: list[str]) -> dict[str, dict[str, str]]:
+    """Each named scorer's output columns (column -> Spark SQL type), checked for clashes between them."""
+    groups: dict[str, dict[str, str]] = {}
+    seen: set[str] = set()
+    for name in names:
+        columns = dict(make_scorer(name).columns())
+        for column in columns:
+            if column in seen:
+                raise ScorerError(f"scorer {name!r} writes column {column!r}, which another enabled scorer also writes")
+            seen.add(column)
+        groups[name] = columns
+    return groups
+
+
 def scorer_columns(names: list[str]) -> dict[str, str]:
     """Every enabled scorer's output columns (column -> Spark SQL type), checked for clashes."""
-    out: dict[str, str] = {}
-    for name in names:
-        for column, sql_type in make_scorer(name).columns().items():
-            if column in out:
-                raise ScorerError(f"scorer {name!r} writes column {column!r}, which another enabled scorer also writes")
-            out[column] = sql_type
-    return out
+    return {column: sql_type for columns in scorer_column_groups(names).values()
+            for column, sql_type in columns.items()}
+
+
+def scorer_identity(name: str, settings: dict, paths: Any) -> str:
+    """What the scorer says identifies the model it would load (`identity`), or "" for one without a model."""
+    scorer = make_scorer(name)
+    identity = getattr(scorer, "identity", None)
+    return str(identity(dict(settings), paths)) if identity else ""
 
 
 class LoadedScorers:
@@ -87,17 +108,27 @@ class LoadedScorers:
             self.scorers = loaded
         return self.scorers
 
+    def names(self) -> list[str]:
+        return [scorer.name for scorer in self._load()]
+
+    def score_with(self, name: str, texts: list[str], languages: list[str]) -> dict[str, list]:
+        """One scorer over one batch: its column -> one value per text (checked)."""
+        scorer = next(s for s in self._load() if s.name == name)
+        values = scorer.score(texts, languages)
+        out: dict[str, list] = {}
+        for column in scorer.columns():
+            got = values.get(column)
+            if got is None or len(got) != len(texts):
+                raise ScorerError(f"scorer {scorer.name!r} returned {0 if got is None else len(got)} values "
+                                  f"for column {column!r} over {len(texts)} texts")
+            out[column] = list(got)
+        return out
+
     def score(self, texts: list[str], languages: list[str]) -> dict[str, list]:
         """All enabled scorers over one batch: column -> one value per text."""
         out: dict[str, list] = {}
-        for scorer in self._load():
-            values = scorer.score(texts, languages)
-            for column in scorer.columns():
-                got = values.get(column)
-                if got is None or len(got) != len(texts):
-                    raise ScorerError(f"scorer {scorer.name!r} returned {0 if got is None else len(got)} values "
-                                      f"for column {column!r} over {len(texts)} texts")
-                out[column] = list(got)
+        for name in self.names():
+            out.update(self.score_with(name, texts, languages))
         return out
 
 

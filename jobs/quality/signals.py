@@ -2,6 +2,11 @@
 
 Pure per-document work (no Spark): `score_texts` is what the job runs on each Arrow batch and what
 bench/quality_overhead.py runs in one process.  Language ID runs first so scorers get the languages.
+
+Each row says what its values were made under, per group: `signals_sha256` for language ID, heuristics and
+PII (`signals_settings`), and `<scorer>_sha256` for each enabled scorer (its settings and model identity,
+`scorer_dependencies`).  `rescore` recomputes only a row's stale groups: a new, re-configured or retrained scorer
+costs that scorer's time, not Gopher's; a row whose base group is stale is scored whole (its language may move).
 """
 from __future__ import annotations
 
@@ -9,23 +14,42 @@ from dataclasses import asdict
 from typing import Any, Iterator
 
 from jobs.quality import heuristics, langid, pii
-from jobs.quality.scorers import LoadedScorers, enabled_scorers, scorer_columns
+from jobs.quality.scorers import LoadedScorers, enabled_scorers, scorer_column_groups, scorer_identity
 
 KEY_COLUMNS = {"doc_id": "string", "content_sha256": "string", "signals_sha256": "string"}
 LANGUAGE_COLUMNS = {"language": "string", "language_score": "double"}
-SIGNATURE_VERSION = 1   # bump when a signal's formula changes: every stored signal is then recomputed
+SIGNATURE_VERSION = 2   # bump when a formula changes: every stored signal is then recomputed (2: a hash per scorer)
+
+
+def state_column(scorer: str) -> str:
+    """The column holding the hash of the settings and model that a row's `scorer` values were made under."""
+    return f"{scorer}_sha256"
+
+
+def state_columns(columns) -> list[str]:
+    """The hash columns among a signals table's `columns` (what the filter view leaves out)."""
+    return [c for c in columns if c != "content_sha256" and c.endswith("_sha256")]
 
 
 def signal_columns(scorer_settings: dict | None = None) -> dict[str, str]:
-    """Signal column -> Spark SQL type, in table order (keys excluded)."""
+    """Signal column -> Spark SQL type, in table order (keys and hash columns excluded)."""
+    groups = scorer_column_groups(enabled_scorers(scorer_settings or {}))
     return {**LANGUAGE_COLUMNS, **heuristics.COLUMNS, **pii.COLUMNS,
-            **scorer_columns(enabled_scorers(scorer_settings or {}))}
+            **{column: sql_type for columns in groups.values() for column, sql_type in columns.items()}}
+
+
+def table_columns(scorer_settings: dict | None = None) -> dict[str, str]:
+    """Every silver.signals column -> Spark SQL type, in table order: keys, signals, each scorer's hash last."""
+    names = enabled_scorers(scorer_settings or {})
+    columns = {**KEY_COLUMNS, **signal_columns(scorer_settings), **{state_column(name): "string" for name in names}}
+    if len(columns) != len(KEY_COLUMNS) + len(signal_columns(scorer_settings)) + len(names):
+        raise ValueError(f"a scorer's column clashes with a signal or hash column: {sorted(columns)}")
+    return columns
 
 
 def table_schema(scorer_settings: dict | None = None) -> str:
     """The silver.signals schema as a Spark DDL string."""
-    columns = {**KEY_COLUMNS, **signal_columns(scorer_settings)}
-    return ", ".join(f"`{name}` {sql_type}" for name, sql_type in columns.items())
+    return ", ".join(f"`{name}` {sql_type}" for name, sql_type in table_columns(scorer_settings).items())
 
 
 ARROW_TYPES = {"string": "string", "double": "float64", "float": "float32", "int": "int32", "bigint": "int64",
@@ -36,18 +60,24 @@ def arrow_schema(scorer_settings: dict | None = None):
     """The silver.signals schema in Arrow (built without a Spark session: it runs on the workers)."""
     import pyarrow as pa
 
-    columns = {**KEY_COLUMNS, **signal_columns(scorer_settings)}
+    columns = table_columns(scorer_settings)
     unknown = {c: t for c, t in columns.items() if t not in ARROW_TYPES}
     if unknown:
         raise ValueError(f"signal columns with types a scorer may not use: {unknown}; use one of {sorted(ARROW_TYPES)}")
     return pa.schema([(name, getattr(pa, ARROW_TYPES[t])()) for name, t in columns.items()])
 
 
-def signals_settings(params: heuristics.SignalParams, scorer_settings: dict | None) -> dict[str, Any]:
-    """What the stored signals depend on: their hash marks rows made under other settings as stale."""
-    enabled = enabled_scorers(scorer_settings or {})
-    return {"version": SIGNATURE_VERSION, "signals": asdict(params),
-            "scorers": {name: (scorer_settings or {})[name] for name in enabled}}
+def signals_settings(params: heuristics.SignalParams) -> dict[str, Any]:
+    """What the base group (language ID, heuristics, PII) depends on: rows made under others are stale."""
+    return {"version": SIGNATURE_VERSION, "signals": asdict(params)}
+
+
+def scorer_dependencies(scorer_settings: dict | None, paths) -> dict[str, dict[str, Any]]:
+    """What each enabled scorer's columns depend on: its conf section and the model it would load (driver side)."""
+    sections = scorer_settings or {}
+    return {name: {"version": SIGNATURE_VERSION, "settings": sections[name],
+                   "model": scorer_identity(name, sections[name], paths)}
+            for name in enabled_scorers(sections)}
 
 
 def score_texts(texts: list[str | None], params: heuristics.SignalParams,
@@ -67,33 +97,60 @@ def score_texts(texts: list[str | None], params: heuristics.SignalParams,
 _WORKER_SCORERS: dict[str, LoadedScorers] = {}
 
 
-def worker_scorers(scorer_settings: dict, paths) -> LoadedScorers:
-    """This Python worker's scorers, loaded once per worker and settings (Spark reuses workers across tasks)."""
+def worker_scorers(scorer_settings: dict, paths, scorer_shas: dict[str, str] | None = None) -> LoadedScorers:
+    """This Python worker's scorers, loaded once per worker, settings and models (Spark reuses workers across
+    tasks and jobs: a model retrained since has other hashes in `scorer_shas`, so it is loaded again)."""
     import json
 
-    key = json.dumps(scorer_settings, sort_keys=True, default=str)
+    key = json.dumps([scorer_settings, scorer_shas], sort_keys=True, default=str)
     if key not in _WORKER_SCORERS:
         _WORKER_SCORERS[key] = LoadedScorers(scorer_settings, paths)
     return _WORKER_SCORERS[key]
 
 
+def rescore(texts: list[str | None], stored: dict[str, list], params: heuristics.SignalParams,
+            scorers: LoadedScorers | None, base_sha: str, scorer_shas: dict[str, str]) -> dict[str, list]:
+    """Every signal and hash column for `texts`, from the `stored` values (None where never scored): a row's
+    base group is recomputed when its `signals_sha256` is not `base_sha` (and then every scorer too, on the new
+    language), a scorer's columns when its hash column is not `scorer_shas[name]`; the rest is kept."""
+    n = len(texts)
+    out = {column: list(values) for column, values in stored.items()}
+    base = [i for i in range(n) if stored["signals_sha256"][i] != base_sha]
+    if base:
+        fresh = score_texts([texts[i] for i in base], params)
+        for column, values in {**fresh, "signals_sha256": [base_sha] * len(base)}.items():
+            for i, value in zip(base, values):
+                out[column][i] = value
+    stale_base = set(base)
+    for name in (scorers.names() if scorers is not None else []):
+        state, sha = state_column(name), scorer_shas[name]
+        rows = [i for i in range(n) if i in stale_base or stored[state][i] != sha]
+        if not rows:
+            continue
+        values = scorers.score_with(name, [texts[i] or "" for i in rows], [out["language"][i] for i in rows])
+        for column, column_values in {**values, state: [sha] * len(rows)}.items():
+            for i, value in zip(rows, column_values):
+                out[column][i] = value
+    return out
+
+
 def arrow_batches(batches: Iterator, params: heuristics.SignalParams, scorer_settings: dict, paths,
-                  settings_sha: str) -> Iterator:
-    """`mapInArrow` body: (doc_id, text, content_sha256) batches in, silver.signals batches out."""
+                  base_sha: str, scorer_shas: dict[str, str]) -> Iterator:
+    """`mapInArrow` body: (doc_id, text, content_sha256, every other silver.signals column as stored, null where
+    never scored) batches in, silver.signals batches out, only the stale groups recomputed (`rescore`)."""
     import pyarrow as pa
 
     schema = arrow_schema(scorer_settings)
-    scorers = worker_scorers(scorer_settings, paths) if enabled_scorers(scorer_settings) else None
+    scorers = worker_scorers(scorer_settings, paths, scorer_shas) if enabled_scorers(scorer_settings) else None
+    carried = [f.name for f in schema if f.name not in ("doc_id", "content_sha256")]
     for batch in batches:
         if batch.num_rows == 0:
             continue
-        texts = batch.column("text").to_pylist()
-        columns = score_texts(texts, params, scorers)
-        columns["doc_id"] = batch.column("doc_id")
-        columns["content_sha256"] = batch.column("content_sha256")
-        columns["signals_sha256"] = [settings_sha] * batch.num_rows
-        yield pa.RecordBatch.from_arrays([pa.array(columns[f.name], type=f.type) if not isinstance(
-            columns[f.name], (pa.Array, pa.ChunkedArray)) else columns[f.name] for f in schema], schema=schema)
+        stored = {column: batch.column(column).to_pylist() for column in carried}
+        columns = rescore(batch.column("text").to_pylist(), stored, params, scorers, base_sha, scorer_shas)
+        yield pa.RecordBatch.from_arrays(
+            [batch.column(f.name) if f.name in ("doc_id", "content_sha256") else pa.array(columns[f.name], type=f.type)
+             for f in schema], schema=schema)
 
 
 def redact_batches(batches: Iterator) -> Iterator:

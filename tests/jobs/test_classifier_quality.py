@@ -113,9 +113,11 @@ def test_quality_job_runs_our_scorers_with_negatives_from_silver(spark, tmp_path
      .write.format("delta").save(str(lake / "silver" / "documents")))
     # the classifier's negatives: a seeded sample of the crawl table that Spark wrote, read with delta-rs
     positives = jsonl(tmp_path / "wiki.jsonl", [reference(i) for i in range(40)])
-    assert train_classifier.main(["--positives", str(positives), "--negatives", "table:silver.documents",
-                                  "--language", "und", "-o", f"paths.lake={lake}",
-                                  "-o", "quality.scorers.quality_classifier.train.dim=20", "-o", "quality.scorers.quality_classifier.train.epoch=25"]) == 0
+    small = ["-o", "quality.scorers.quality_classifier.train.dim=20",
+             "-o", "quality.scorers.quality_classifier.train.epoch=25"]
+    train = ["--positives", str(positives), "--negatives", "table:silver.documents", "--language", "und",
+             "-o", f"paths.lake={lake}", *small]
+    assert train_classifier.main(train) == 0
     meta = json.loads((lake / "models" / "quality_classifier" / "model.json").read_text())
     assert meta["negatives"] == "table:silver.documents" and meta["train_docs_per_class"] == 36
     kenlm_corpus = jsonl(tmp_path / "ref.jsonl", [reference(i) for i in range(80)])
@@ -135,3 +137,13 @@ def test_quality_job_runs_our_scorers_with_negatives_from_silver(spark, tmp_path
     assert wiki["perplexity"] is not None and wiki["perplexity_bucket"] in {"head", "middle", "tail"}
     assert rude["toxic_words"] == 1 and rude["toxicity_prob"] > wiki["toxicity_prob"]
     assert wiki["toxic_words_ratio"] == 0.0
+
+    # retrained (another seed): the job sees a new model and rescores its column alone
+    assert train_classifier.main([*train, "-o", "quality.scorers.quality_classifier.train.seed=1"]) == 0
+    rescored = QualityJob().run(args)
+    assert rescored.extra["signals_computed"] == 0
+    assert rescored.extra["scorers_computed"] == {"perplexity": 0, "quality_classifier": len(docs), "toxicity": 0}
+    after = {r["doc_id"]: r for r in spark.read.format("delta").load(str(lake / "silver" / "signals")).collect()}
+    assert after["wiki-0"]["quality_classifier_sha256"] != wiki["quality_classifier_sha256"]
+    assert after["wiki-0"]["perplexity"] == wiki["perplexity"]
+    assert after["rude"]["toxicity_prob"] == rude["toxicity_prob"]

@@ -175,3 +175,47 @@ def test_c4_line_removal_edits_the_kept_text_counts_it_and_recomputes_no_signal(
     rows = {r["doc_id"]: r for r in read(spark, lake, "silver.quality").collect()}
     assert rows["boiler"]["text"] == boiler and rows["menus"]["text"] == menus
     assert {r["c4_lines_removed"] for r in rows.values()} == {0} and "c4_line_removal" not in off.extra
+
+
+def test_a_scorer_enabled_reconfigured_or_disabled_rescores_its_own_columns_alone(spark, tmp_path):
+    from delta.tables import DeltaTable
+
+    lake = tmp_path / "lake"
+    docs = {name: DOCS[name] for name in ("en-good", "de-good", "en-pii")}
+    write_documents(spark, lake, docs)
+    assert run(lake).extra["signals_computed"] == 3
+    before = {r["doc_id"]: r.asDict() for r in read(spark, lake, "silver.signals").collect()}
+    on = "quality.scorers.toxicity.enabled=true"
+
+    enabled = run(lake, on)
+    assert enabled.extra["signals_computed"] == 0 and enabled.extra["scorers_computed"] == {"toxicity": 3}
+    after = {r["doc_id"]: r.asDict() for r in read(spark, lake, "silver.signals").collect()}
+    for doc_id, row in before.items():   # language ID, heuristics and PII carried over as they were
+        assert {column: after[doc_id][column] for column in row} == row
+        assert after[doc_id]["toxic_words"] == 0 and after[doc_id]["toxicity_sha256"]
+    # alt-profanity-check reads English only (classifier_languages: [en]): German gets no probability
+    assert after["en-good"]["toxicity_prob"] is not None and after["de-good"]["toxicity_prob"] is None
+
+    signals_path = str(lake / "silver" / "signals")
+    version = DeltaTable.forPath(spark, signals_path).history(1).first()["version"]
+    again = run(lake, on)
+    assert again.extra["signals_computed"] == 0 and again.extra["scorers_computed"] == {"toxicity": 0}
+    assert DeltaTable.forPath(spark, signals_path).history(1).first()["version"] == version
+
+    english_off = "quality.scorers.toxicity.classifier_languages=[]"
+    reconfigured = run(lake, on, english_off)
+    assert reconfigured.extra["signals_computed"] == 0 and reconfigured.extra["scorers_computed"] == {"toxicity": 3}
+    rows = {r["doc_id"]: r for r in read(spark, lake, "silver.signals").collect()}
+    assert rows["en-good"]["toxicity_prob"] is None
+    assert rows["en-good"]["toxicity_sha256"] != after["en-good"]["toxicity_sha256"]
+
+    write_documents(spark, lake, {**docs, "de-good": prose("de", 7)})   # a changed text is scored whole, alone
+    changed = run(lake, on, english_off)
+    assert changed.extra["signals_computed"] == 1 and changed.extra["scorers_computed"] == {"toxicity": 1}
+
+    disabled = run(lake)
+    assert disabled.extra["signals_computed"] == 0 and disabled.extra["scorers_computed"] == {}
+    table = read(spark, lake, "silver.signals")
+    assert "toxic_words" not in table.columns and "toxicity_sha256" not in table.columns
+    assert {r["doc_id"]: r["language_score"] for r in table.collect()}["en-good"] == before["en-good"]["language_score"]
+    assert {r["doc_id"] for r in read(spark, lake, "silver.quality").collect()} == set(docs)

@@ -142,3 +142,56 @@ def test_enabled_scorers_run_after_langid_and_a_missing_model_names_its_job(monk
         scorers.scorer_class("nope")
     with pytest.raises(scorers.ScorerError, match="train it with `python -m jobs.quality.train_kenlm`"):
         scorers.require_model("perplexity", str(tmp_path / "kenlm.bin"), "python -m jobs.quality.train_kenlm")
+
+
+class CountingScorer(LengthScorer):
+    """LengthScorer that remembers how many texts it was asked to score."""
+    name = "counting"
+    seen: list[int] = []
+
+    def columns(self):
+        return {"counting_score": "double"}
+
+    def score(self, texts, languages):
+        CountingScorer.seen.append(len(texts))
+        return {"counting_score": [len(t) / self.scale for t in texts]}
+
+
+def test_rescore_recomputes_only_the_stale_groups_of_each_row(monkeypatch):
+    monkeypatch.setitem(scorers.SCORERS, "counting", f"{__name__}:CountingScorer")
+    CountingScorer.seen = []
+    settings = {"counting": {"enabled": True, "scale": 1.0}}
+    loaded, params = scorers.LoadedScorers(settings, None), SignalParams()
+    texts = [PROSE, PROSE + " More.", "Bonjour tout le monde, comment allez-vous aujourd'hui ?"]
+    empty = {column: [None] * 3 for column in signals.table_columns(settings)
+             if column not in ("doc_id", "content_sha256")}
+
+    first = signals.rescore(texts, empty, params, loaded, "base-1", {"counting": "c-1"})
+    assert CountingScorer.seen == [3] and first["signals_sha256"] == ["base-1"] * 3
+    assert first["counting_sha256"] == ["c-1"] * 3 and first["language"][0] == "en"
+
+    CountingScorer.seen = []
+    assert signals.rescore(texts, first, params, loaded, "base-1", {"counting": "c-1"}) == first
+    assert CountingScorer.seen == []                       # all current: nothing runs
+
+    stale = {**first, "counting_sha256": ["c-1", "old", None], "counting_score": [1.0, 2.0, None]}
+    stale["n_words"] = [-1, -1, -1]                        # base values are carried over, never recomputed here
+    second = signals.rescore(texts, stale, params, loaded, "base-1", {"counting": "c-1"})
+    assert CountingScorer.seen == [2] and second["counting_score"] == [1.0, first["counting_score"][1],
+                                                                       first["counting_score"][2]]
+    assert second["n_words"] == [-1, -1, -1] and second["counting_sha256"] == ["c-1"] * 3
+
+    CountingScorer.seen = []
+    moved = {**first, "signals_sha256": ["base-1", "base-0", "base-1"], "language": ["en", "xx", "fr"]}
+    third = signals.rescore(texts, moved, params, loaded, "base-1", {"counting": "c-1"})
+    assert CountingScorer.seen == [1] and third["language"][1] == "en"   # a stale base row is scored whole
+    assert third["signals_sha256"] == ["base-1"] * 3
+
+
+def test_each_scorer_gets_a_hash_column_and_the_filter_view_leaves_them_out(monkeypatch):
+    monkeypatch.setitem(scorers.SCORERS, "length", f"{__name__}:LengthScorer")
+    columns = signals.table_columns({"length": {"enabled": True, "scale": 1.0}})
+    assert list(columns)[:3] == ["doc_id", "content_sha256", "signals_sha256"] and columns["length_sha256"] == "string"
+    assert signals.state_columns(columns) == ["signals_sha256", "length_sha256"]
+    assert signals.scorer_dependencies({"length": {"enabled": True, "scale": 1.0}}, None) == {
+        "length": {"version": signals.SIGNATURE_VERSION, "settings": {"enabled": True, "scale": 1.0}, "model": ""}}
