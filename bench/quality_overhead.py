@@ -81,16 +81,38 @@ def in_process(texts: list[str], kept: set[int], batch_rows: int) -> float:
     return time.perf_counter() - start
 
 
-def main() -> None:
-    repeat = int(sys.argv[1]) if len(sys.argv) > 1 else 2
+def write_documents(spark, lake: Path, ids: list[str], texts: list[str]) -> None:
+    """`silver.documents` of the lake at `lake`, one row per text, as the extract job writes it."""
+    from pyspark.sql import functions as F
+
+    rows = spark.createDataFrame(list(zip(ids, texts)), "doc_id string, text string").repartition(2)
+    (rows.withColumn("url", F.concat(F.lit("http://bench.test/"), "doc_id")).withColumn("host", F.lit("bench.test"))
+     .withColumn("fetch_time", F.current_timestamp()).withColumn("title", F.lit(None).cast("string"))
+     .withColumn("language", F.lit("und")).withColumn("n_chars", F.length("text"))
+     .withColumn("warc_file", F.lit("bench.warc.gz")).withColumn("warc_offset", F.lit(0).cast("long"))
+     .withColumn("content_sha256", F.sha2("text", 256))
+     .write.format("delta").save(str(lake / "silver" / "documents")))
+
+
+def bench_documents(argv: list[str]):
+    """(real pages, CC documents, texts, doc_ids): the real pages repeated argv[1] times (default 2) with distinct
+    doc_ids; None, with the reason printed as a JSON line, when the shared data is absent."""
+    repeat = int(argv[1]) if len(argv) > 1 else 2
     if not WCXB.is_dir():
         print(json.dumps({"skipped": f"{WCXB} is absent"}))
-        return
+        return None
     base, cc = real_pages()
     texts = base * repeat
-    ids = [f"d{i:07d}" for i in range(len(texts))]
     print(f"{len(texts)} documents ({len(base)} real pages x {repeat}), {sum(map(len, texts)) / 1e6:.1f} M chars",
           flush=True)
+    return base, cc, texts, [f"d{i:07d}" for i in range(len(texts))]
+
+
+def main() -> None:
+    documents = bench_documents(sys.argv)
+    if documents is None:
+        return
+    base, cc, texts, ids = documents
 
     from jobs.quality import langid
     langs, scores = langid.identify(base)
@@ -111,7 +133,6 @@ def main() -> None:
           flush=True)
 
     from deltalake import DeltaTable
-    from pyspark.sql import functions as F
 
     from conf.paths import load_paths
     from jobs.base import build_session
@@ -123,13 +144,7 @@ def main() -> None:
     spark.sparkContext.setLogLevel("ERROR")
     with tempfile.TemporaryDirectory() as tmp:
         lake = Path(tmp) / "lake"
-        rows = spark.createDataFrame(list(zip(ids, texts)), "doc_id string, text string").repartition(2)
-        (rows.withColumn("url", F.concat(F.lit("http://bench.test/"), "doc_id")).withColumn("host", F.lit("bench.test"))
-         .withColumn("fetch_time", F.current_timestamp()).withColumn("title", F.lit(None).cast("string"))
-         .withColumn("language", F.lit("und")).withColumn("n_chars", F.length("text"))
-         .withColumn("warc_file", F.lit("bench.warc.gz")).withColumn("warc_offset", F.lit(0).cast("long"))
-         .withColumn("content_sha256", F.sha2("text", 256))
-         .write.format("delta").save(str(lake / "silver" / "documents")))
+        write_documents(spark, lake, ids, texts)
         args = ["--lake", str(lake), "-o", "spark.shuffle_partitions=2"]
         QualityJob().run(args)   # creates the tables; warms the JVM and the Python workers (untimed)
         start = time.perf_counter()
