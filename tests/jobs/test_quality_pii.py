@@ -56,3 +56,36 @@ def test_counts_per_type_and_empty_text():
 def test_luhn():
     assert luhn_ok("4111111111111111") and luhn_ok("378282246310005")
     assert not luhn_ok("4111111111111112")
+
+
+# the patterns as one would first write them, with the boundary lookbehind in front (pii.py writes it after the
+# first character, for speed): the matches must be the same
+PLAIN = {
+    "CARD": r"(?<![\d.,])\d(?:[ -]?\d){12,18}(?![\d.,]\d)",
+    "IPV4": r"(?<![\w.])(?:\d{1,3}\.){3}\d{1,3}(?![\w]|\.\d)",
+    "IPV6": r"(?<![\w:])(?:[0-9A-Fa-f]{1,4}:){1,7}(?::|(?::[0-9A-Fa-f]{1,4}){1,7}|[0-9A-Fa-f]{1,4})(?![\w:])",
+    "PHONE": r"(?<![\w+])\+\d{1,3}(?:[ .\-]?\(\d{1,4}\))?(?:[ .\-]?\d{1,5}){2,6}(?![\w])"
+             r"|(?<![\w(])(?:\(\d{3}\) ?|\d{3}[.\-])\d{3}[.\-]\d{4}(?![\w])",
+}
+
+
+@pytest.mark.parametrize("name", sorted(PLAIN))
+def test_fast_patterns_match_what_the_plain_forms_match(name):
+    import random
+    import re
+
+    from jobs.quality import pii
+
+    rng = random.Random(name)
+    pieces = ["4111 1111 1111 1111", "+44 20 7946 0958", "(415) 555-2671", "415.555.2671", "8.8.8.8", "10.0.0.1",
+              "2001:db8::1", "fe80::1", "a:b:c:d:e:f:1:2", "1.2.3", "v2.10.4", "$1,299.00", "2024-01-15", "x"]
+    alphabet = "0123456789 .-,+():abcfABx\n"
+    texts = ["".join(rng.choice(pieces) if rng.random() < 0.2 else rng.choice(alphabet) for _ in range(200))
+             for _ in range(400)]
+    plain, fast = re.compile(PLAIN[name]), getattr(pii, name)
+    found = 0
+    for text in texts:
+        spans = [m.span() for m in fast.finditer(text)]
+        assert spans == [m.span() for m in plain.finditer(text)], text
+        found += len(spans)
+    assert found > 100   # the texts hold plenty of each

@@ -2,6 +2,9 @@
 and the scorer interface another stage plugs into."""
 from __future__ import annotations
 
+import random
+from collections import Counter
+
 import pytest
 
 from jobs.quality import heuristics, langid, scorers, signals
@@ -43,10 +46,51 @@ def test_gopher_repetition_matches_datatrove_formulas():
     assert s["dup_line_char_frac"] == pytest.approx(len("alpha beta gamma delta") / len(text))
     # datatrove's find_all_duplicate joins the n-gram's words without spaces and skips n words after a hit
     words = ("one two three four five " * 4).split()
-    assert heuristics.duplicated_ngram_chars(words, 5) == 3 * len("onetwothreefourfive")
-    assert heuristics.top_ngram_chars("a b a b a b".split(), 2) == len("a b") * 3
+    assert heuristics.WordGrams(words).duplicated_chars(5) == 3 * len("onetwothreefourfive")
+    assert heuristics.WordGrams("a b a b a b".split()).top_chars(2) == len("a b") * 3
+    assert heuristics.WordGrams("x yy x".split()).top_chars(2) == len("x yy")   # a tie: the first seen
+    assert heuristics.WordGrams(["a", "b"]).duplicated_chars(5) == 0 and heuristics.WordGrams([]).top_chars(2) == 0
     assert heuristics.find_duplicates(["x", "y", "x", "x"]) == (2, 2)
     assert heuristics.signals(PROSE)["dup_5_gram_char_frac"] == 0
+
+
+def plain_top_chars(words, n):
+    """datatrove's GopherRepetitionFilter top n-gram, plainly: Counter over space-joined n-grams."""
+    grams = Counter(" ".join(words[i:i + n]) for i in range(len(words) - n + 1))
+    if not grams:
+        return 0
+    gram, count = grams.most_common(1)[0]
+    return len(gram) * count
+
+
+def plain_duplicated_chars(words, n):
+    """datatrove's find_all_duplicate, plainly: a walk over every position, n words skipped after a hit."""
+    grams = ["".join(words[i:i + n]) for i in range(len(words) - n + 1)]
+    unique, repeated, idx = set(), 0, 0
+    while idx < len(grams):
+        if grams[idx] in unique:
+            repeated += len(grams[idx])
+            idx += n
+        else:
+            unique.add(grams[idx])
+            idx += 1
+    return repeated
+
+
+def test_numbered_ngrams_give_the_plain_walks_values_on_repetitive_text():
+    rng = random.Random(7)
+    for case in range(300):
+        # one letter per word: datatrove's "".join can glue two different n-grams into one string; we never do
+        vocabulary = [chr(ord("a") + i) * rng.randint(1, 3) for i in range(rng.choice([2, 3, 5, 20]))]
+        words = [rng.choice(vocabulary) for _ in range(rng.randint(0, 80))]
+        if case % 3 == 0:   # menus and boilerplate: a block of words repeated with noise between
+            block = words[:12]
+            words = block + words[12:30] + block + block[:7] + words
+        grams = heuristics.WordGrams(words)
+        for n in (2, 3, 4):
+            assert grams.top_chars(n) == plain_top_chars(words, n), (words, n)
+        for n in range(5, 11):
+            assert grams.duplicated_chars(n) == plain_duplicated_chars(words, n), (words, n)
 
 
 def test_c4_counts_kept_lines_sentences_and_whole_document_flags():
