@@ -17,6 +17,7 @@ class DemoConfig:
     render_js: str
     quality_models: bool
     kenlm_vocab_size: int
+    crawl_overrides: list[str]
 
     def __post_init__(self) -> None:
         if self.render_js not in ("auto", "always", "never"):

@@ -77,6 +77,7 @@ def run_demo(cfg: DemoConfig, paths: Paths) -> dict:
         storage.write_text(seeds, "\n".join(web["seeds"]) + "\n")
         print(f"[demo] local web at {web['proxy']} with {len(web['seeds'])} seeds -> {seeds}")
         crawl = [sys.executable, "-m", "spider.crawl", "--seeds", seeds, "-o", f"proxy={web['proxy']}"]
+        crawl += [arg for override in cfg.crawl_overrides for arg in ("-o", override)]
         stages.append(run_stage("crawl", crawl + (["-o", "render.enabled=true"] if render else []), env, logs, cfg))
     finally:
         stop(web["process"])
