@@ -160,7 +160,7 @@ class PerplexityScorer:
         return {"perplexity": "double", "perplexity_bucket": "string"}
 
     def identity(self, settings: dict, paths) -> str:
-        """Each language's model.json digest: a retrained model (new cut-offs, new `created`) is a new identity."""
+        """Each language's model.json digest: a retrained model (a new `training_id`) is a new identity."""
         root = models_root(settings, paths)
         languages = list(settings.get("languages") or []) or available_languages(root)
         return ",".join(f"{language}:{storage.sha256(join(root, language, META_FILE))}" for language in languages

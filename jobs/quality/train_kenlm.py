@@ -22,6 +22,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import uuid
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -155,6 +156,7 @@ def train(language: str, corpus_source: str, dest: str, settings: dict, *, cutof
             "seconds": {"sentencepiece": round(t1 - t0, 2), "lmplz_build_binary": round(t2 - t1, 2),
                         "cutoffs": round(time.monotonic() - t2, 2), "total": round(time.monotonic() - started, 2)},
             "skipped": dict(corpus.skipped), "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "training_id": uuid.uuid4().hex,   # each training is a new model identity: the quality job rescores with it
         }
         (folder / ppl.META_FILE).write_text(json.dumps(meta, indent=1))
         publish(folder, dest)

@@ -144,6 +144,23 @@ def test_scorer_columns_languages_and_missing_models(model_dir, tmp_path):
         ppl.PerplexityScorer().load({"model_dir": str(dest.parent), "languages": ["en", "fr"]}, paths)
 
 
+def test_the_identity_names_each_language_model_and_changes_when_one_is_retrained(model_dir, tmp_path):
+    import shutil
+
+    dest, meta = model_dir
+    root = tmp_path / "kenlm"
+    shutil.copytree(dest, root / "en")
+    scorer = ppl.PerplexityScorer()
+    first = scorer.identity({"model_dir": str(root)}, None)
+    assert first.startswith("en:") and len(first) == len("en:") + 64
+    shutil.copytree(dest, root / "de")                                   # a second trained language joins
+    assert scorer.identity({"model_dir": str(root)}, None) == f"de:{first[3:]},{first}"
+    assert scorer.identity({"model_dir": str(root), "languages": ["en"]}, None) == first
+    # retrained (same corpus and settings): model.json records a new run, so the stored perplexities are stale
+    train_kenlm.train("en", meta["corpus"], str(root / "en"), SETTINGS, cutoff_source=meta["cutoffs"]["source"])
+    assert scorer.identity({"model_dir": str(root), "languages": ["en"]}, None) != first
+
+
 def test_the_cli_trains_into_the_lake_models_area(tmp_path, capsys):
     rng = random.Random(2)
     corpus = tmp_path / "corpus"
