@@ -63,24 +63,15 @@ def make_scorer(name: str) -> Scorer:
     return scorer
 
 
-def scorer_column_groups(names: list[str]) -> dict[str, dict[str, str]]:
-    """Each named scorer's output columns (column -> Spark SQL type), checked for clashes between them."""
-    groups: dict[str, dict[str, str]] = {}
-    seen: set[str] = set()
-    for name in names:
-        columns = dict(make_scorer(name).columns())
-        for column in columns:
-            if column in seen:
-                raise ScorerError(f"scorer {name!r} writes column {column!r}, which another enabled scorer also writes")
-            seen.add(column)
-        groups[name] = columns
-    return groups
-
-
 def scorer_columns(names: list[str]) -> dict[str, str]:
     """Every enabled scorer's output columns (column -> Spark SQL type), checked for clashes."""
-    return {column: sql_type for columns in scorer_column_groups(names).values()
-            for column, sql_type in columns.items()}
+    out: dict[str, str] = {}
+    for name in names:
+        for column, sql_type in make_scorer(name).columns().items():
+            if column in out:
+                raise ScorerError(f"scorer {name!r} writes column {column!r}, which another enabled scorer also writes")
+            out[column] = sql_type
+    return out
 
 
 def scorer_identity(name: str, settings: dict, paths: Any) -> str:

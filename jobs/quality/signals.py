@@ -14,7 +14,7 @@ from dataclasses import asdict
 from typing import Any, Iterator
 
 from jobs.quality import heuristics, langid, pii
-from jobs.quality.scorers import LoadedScorers, enabled_scorers, scorer_column_groups, scorer_identity
+from jobs.quality.scorers import LoadedScorers, enabled_scorers, scorer_columns, scorer_identity
 
 KEY_COLUMNS = {"doc_id": "string", "content_sha256": "string", "signals_sha256": "string"}
 LANGUAGE_COLUMNS = {"language": "string", "language_score": "double"}
@@ -33,18 +33,20 @@ def state_columns(columns) -> list[str]:
 
 def signal_columns(scorer_settings: dict | None = None) -> dict[str, str]:
     """Signal column -> Spark SQL type, in table order (keys and hash columns excluded)."""
-    groups = scorer_column_groups(enabled_scorers(scorer_settings or {}))
     return {**LANGUAGE_COLUMNS, **heuristics.COLUMNS, **pii.COLUMNS,
-            **{column: sql_type for columns in groups.values() for column, sql_type in columns.items()}}
+            **scorer_columns(enabled_scorers(scorer_settings or {}))}
 
 
 def table_columns(scorer_settings: dict | None = None) -> dict[str, str]:
     """Every silver.signals column -> Spark SQL type, in table order: keys, signals, each scorer's hash last."""
     names = enabled_scorers(scorer_settings or {})
-    columns = {**KEY_COLUMNS, **signal_columns(scorer_settings), **{state_column(name): "string" for name in names}}
-    if len(columns) != len(KEY_COLUMNS) + len(signal_columns(scorer_settings)) + len(names):
-        raise ValueError(f"a scorer's column clashes with a signal or hash column: {sorted(columns)}")
-    return columns
+    base, scored = signal_columns(), scorer_columns(names)
+    hashes = {state_column(name): "string" for name in names}
+    clashes = set(scored) & (set(KEY_COLUMNS) | set(base) | set(hashes))
+    if clashes:
+        raise ValueError(f"a scorer writes a column the table keeps for keys, base signals or hashes: "
+                         f"{sorted(clashes)}")
+    return {**KEY_COLUMNS, **base, **scored, **hashes}
 
 
 def table_schema(scorer_settings: dict | None = None) -> str:

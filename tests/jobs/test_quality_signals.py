@@ -237,5 +237,8 @@ def test_each_scorer_gets_a_hash_column_and_the_filter_view_leaves_them_out(monk
     columns = signals.table_columns({"length": {"enabled": True, "scale": 1.0}})
     assert list(columns)[:3] == ["doc_id", "content_sha256", "signals_sha256"] and columns["length_sha256"] == "string"
     assert signals.state_columns(columns) == ["signals_sha256", "length_sha256"]
+    monkeypatch.setattr(LengthScorer, "columns", lambda self: {"language": "string"})
+    with pytest.raises(ValueError, match=r"keys, base signals or hashes: \['language'\]"):
+        signals.table_columns({"length": {"enabled": True, "scale": 1.0}})
     assert signals.scorer_dependencies({"length": {"enabled": True, "scale": 1.0}}, None) == {
         "length": {"version": signals.SIGNATURE_VERSION, "settings": {"enabled": True, "scale": 1.0}, "model": ""}}
