@@ -54,6 +54,7 @@ class ExtractSettings:
     sandbox: bool
     timeout_s: float
     start_timeout_s: float
+    tasks_per_core: int
 
 
 @dataclass(frozen=True)

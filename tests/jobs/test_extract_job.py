@@ -29,3 +29,17 @@ def test_drops_are_counted_by_reason(pipeline):
     assert metrics["decoded_by"] == {"header": 5, "meta": 1} and metrics["replacement_chars"] == 0
     assert any(e["skip_reason"] == "empty_page" and e["url"] == "http://empty.weblm.test/"
                for e in metrics["skipped_examples"])
+
+
+def test_extraction_is_spread_over_every_core_whatever_the_file_layout(spark):
+    from jobs.extract import spread
+
+    cores = spark.sparkContext.defaultParallelism
+    one_file = spark.range(40).selectExpr("concat('d', id) AS doc_id", "repeat('x', 100) AS html").coalesce(1)
+    spread_out = spread(spark, one_file, one_file, 2)
+    assert spread_out.rdd.getNumPartitions() == 2 * cores
+    sizes = spread_out.rdd.glom().map(len).collect()
+    assert sum(sizes) == 40 and sum(1 for n in sizes if n) > 1, sizes   # the rows, each once, in several tasks
+    assert sorted(r.doc_id for r in spread_out.collect()) == sorted(r.doc_id for r in one_file.collect())
+    many_files = one_file.repartition(3 * cores)
+    assert spread(spark, many_files.where("doc_id != 'd7'"), many_files, 2).rdd.getNumPartitions() == 3 * cores
