@@ -364,10 +364,17 @@ class FrontierScheduler(BaseScheduler):
         return True
 
     def _on_durable(self, warc: DurableWarc) -> None:
+        """The fetches recorded in a file now durable are done.  Only those this worker finished and still holds:
+        a 429 or 503 answer is recorded too, but its URL went back to the frontier as a retry, and acknowledging it
+        there would end the URL while another worker has it leased for that retry (two workers' refusals, then no
+        third request: a page lost in tests/spider/test_crawl_hostile.py).  A recovered file's URLs are acknowledged
+        all: the process that fetched them is gone."""
         now = time.time()
         by_refetch: dict[float | None, list[str]] = defaultdict(list)
         for url in warc.urls:
             id_ = self.canon.id(url)
+            if id_ not in self._held and not warc.recovered:
+                continue
             item = self._forget(id_)
             by_refetch[self._refetch_at(item, now)].append(id_)
         for refetch, ids in by_refetch.items():
