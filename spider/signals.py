@@ -15,6 +15,12 @@ warc_file_durable = object()
 file is fsynced and renamed (and the rename fsynced); for object storage once the upload is complete and
 its size checked there.  Never before, so a handler may forget everything the file holds."""
 
+fetch_recorded = object()
+"""Sent with `request=` and `record_id=` on the reactor thread when a fetch has been handed to the WARC writer:
+`record_id` is the WARC-Record-ID its response (or revisit) record will carry.  A frontier acknowledges a URL
+through that record only, not through any record of the same URL (an earlier refusal of a retried fetch, in an
+earlier file, must not end it before the answer that finished it is durable)."""
+
 warc_flush_requested = object()
 """Sent (no arguments) by the frontier when this worker has nothing left to fetch but holds URLs whose records
 are not durable yet: the WARC writer then closes its open file if it holds any fetch (after every fetch

@@ -137,6 +137,7 @@ class Fetch:
     truncated: str | None = None                  # WARC-Truncated reason (§5.13) when the body is not whole
     metadata: dict[str, str] | None = None        # fields of its metadata record; None: no metadata record
     rendered: RenderedDom | None = None           # the DOM a browser rendered from it: a conversion record
+    record_id: str | None = None                  # its response record's WARC-Record-ID; None: made at write
 
     @property
     def status(self) -> int | None:
@@ -241,7 +242,7 @@ class RotatingWarcWriter:
 
     def write(self, fetch: Fetch, digests: DigestIndex | None = None) -> Written:
         """Write a fetch's records; with `digests`, a payload stored before becomes a revisit record."""
-        record_id = StatusAndHeadersParser.make_warc_id()
+        record_id = fetch.record_id or StatusAndHeadersParser.make_warc_id()
         digest = payload_digest(fetch.response_body)
         first = self._first_capture(fetch, digest, record_id, digests) if digests is not None else None
         main = self._revisit(fetch, digest, record_id, first) if first else self._response(fetch, digest, record_id)

@@ -8,9 +8,9 @@ which also leases the next URLs into a small local buffer (Frontera's refill: on
 Per leased URL: its host's robots.txt record comes with the lease (fetched once per host for the cluster, here,
 by the worker that holds the host); a disallowed URL is acknowledged unfetched and refunded from the host's budget.
 An allowed one is sent; when its fetch ends (FetchOutcomeMiddleware) the host is released until the time
-politeness says (spider/frontier/politeness.py) and the URL is *held* until its WARC record is durable
-(`warc_file_durable`), then acknowledged.  A retry goes back to the frontier with its retry count.  A killed
-worker renews nothing, so its URLs come back after `frontier.lease_s`.
+politeness says (spider/frontier/politeness.py) and the URL is *held* until the WARC record of that fetch
+(`fetch_recorded` names it) is in a durable file (`warc_file_durable`), then acknowledged.  A retry goes back to
+the frontier with its retry count.  A killed worker renews nothing, so its URLs come back after `frontier.lease_s`.
 """
 from __future__ import annotations
 
@@ -41,7 +41,7 @@ from spider.frontier.bloom import url_hashes
 from spider.frontier.canonical import Canonicalizer
 from spider.frontier.politeness import after_fetch, politeness_key, with_crawl_delay
 from spider.frontier.outcome import fetch_failed, fetch_finished
-from spider.signals import DurableWarc, warc_file_durable, warc_flush_requested
+from spider.signals import DurableWarc, fetch_recorded, warc_file_durable, warc_flush_requested
 
 logger = logging.getLogger(__name__)
 
@@ -62,6 +62,7 @@ class InHand:
     meta: dict
     seed: bool
     sent: bool = False
+    record_id: str | None = None  # the WARC record of the fetch that finished it; its file's durability acks it
 
 
 class FrontierScheduler(BaseScheduler):
@@ -82,8 +83,8 @@ class FrontierScheduler(BaseScheduler):
         self._robots_waiting: dict[str, list[InHand]] = defaultdict(list)  # host[:port] -> URLs waiting for them
         self._in_hand: dict[str, InHand] = {}          # id -> leased or held by this worker
         self._held: set[str] = set()
-        self._sent: set[str] = set()
-        self._known: set[str] = set()  # URLs the backend said it has (admitted or seen): a local shortcut                    # ids sent to the downloader and not yet finished
+        self._sent: set[str] = set()                  # ids sent to the downloader and not yet finished
+        self._known: set[str] = set()  # URLs the backend said it has (admitted or seen): a local shortcut
         self._busy = False
         self._closing = False
         self._cluster: dict[str, int] = {}
@@ -103,6 +104,7 @@ class FrontierScheduler(BaseScheduler):
         scheduler = cls(crawler)
         crawler.signals.connect(scheduler._on_durable, signal=warc_file_durable)
         crawler.signals.connect(scheduler._on_fetch_finished, signal=fetch_finished)
+        crawler.signals.connect(scheduler._on_fetch_recorded, signal=fetch_recorded)
         crawler.signals.connect(scheduler._on_fetch_failed, signal=fetch_failed)
         crawler.signals.connect(scheduler._on_engine_stopped, signal=signals.engine_stopped)
         return scheduler
@@ -342,6 +344,7 @@ class FrontierScheduler(BaseScheduler):
         item.lease = replace(item.lease, host_state=state)
         self._sent.discard(lease_id)
         self._held.add(lease_id)
+        item.record_id = None  # WarcCaptureMiddleware (950) names the record next, in the same response chain
         self._op("fetched", [lease_id], now + self.cfg.frontier.lease_s)
         self._op("release_host", item.lease.host, next_at, state)
         self._kick()
@@ -363,18 +366,29 @@ class FrontierScheduler(BaseScheduler):
         self.stats.inc_value("weblm/frontier/retries_requeued")
         return True
 
+    def _on_fetch_recorded(self, request: Request, record_id: str) -> None:
+        lease_id = request.meta.get(LEASE_META)
+        item = self._in_hand.get(lease_id) if lease_id in self._held else None
+        if item is not None:
+            item.record_id = record_id
+
     def _on_durable(self, warc: DurableWarc) -> None:
-        """The fetches recorded in a file now durable are done.  Only those this worker finished and still holds:
-        a 429 or 503 answer is recorded too, but its URL went back to the frontier as a retry, and acknowledging it
-        there would end the URL while another worker has it leased for that retry (two workers' refusals, then no
-        third request: a page lost in tests/spider/test_crawl_hostile.py).  A recovered file's URLs are acknowledged
-        all: the process that fetched them is gone."""
+        """The fetches recorded in a file now durable are done: a URL is acknowledged only through the record of
+        the fetch that finished it here, which this worker still holds.  Any other record of the URL may be a 429
+        or 503 answer whose URL went back to the frontier as a retry: acknowledging it there would end the URL
+        while another worker has it leased for that retry (two refusals, then no third request: a page lost in
+        tests/spider/test_crawl_hostile.py), or, when this worker leased the retry itself, before the file that
+        holds its answer is durable.  A fetch never recorded (the writer stopped) is never acknowledged: its hold
+        expires and it is fetched again.  A recovered file's URLs are acknowledged all: the process that fetched
+        them is gone."""
         now = time.time()
         by_refetch: dict[float | None, list[str]] = defaultdict(list)
-        for url in warc.urls:
+        for url, record_id in zip(warc.urls, warc.record_ids):
             id_ = self.canon.id(url)
-            if id_ not in self._held and not warc.recovered:
-                continue
+            if not warc.recovered:
+                held = self._in_hand.get(id_) if id_ in self._held else None
+                if held is None or held.record_id != record_id:
+                    continue
             item = self._forget(id_)
             by_refetch[self._refetch_at(item, now)].append(id_)
         for refetch, ids in by_refetch.items():

@@ -33,11 +33,12 @@ from scrapy.utils.httpobj import urlparse_cached
 from twisted.internet import threads
 from twisted.internet.defer import Deferred
 from twisted.internet.task import LoopingCall
+from warcio.statusandheaders import StatusAndHeadersParser
 
 import storage
 from spider.config import CrawlConfig
 from spider.render.warc_record import RENDERED_DOM_META_KEY
-from spider.signals import DurableWarc, warc_file_durable, warc_flush_requested
+from spider.signals import DurableWarc, fetch_recorded, warc_file_durable, warc_flush_requested
 from spider.warc import (UNRECORDED_REQUEST_HEADERS, ClosedWarc, DigestIndex, Fetch, RotatingWarcWriter, Written,
                          request_head, response_head, warc_date, wire_request_head, wire_response_head)
 from spider.warc_thread import WarcWriterThread, WriterStopped
@@ -111,18 +112,21 @@ class WarcCaptureMiddleware:
             resp_head = response_head(getattr(response, "protocol", None), response.status, _pairs(response.headers))
             self.stats.inc_value("weblm/warc/response_head_rebuilt")
         date = warc_date()
+        record_id = StatusAndHeadersParser.make_warc_id()  # known now, so the frontier can wait for this record
         fetch = Fetch(response.url, req_head, request.body, resp_head, response.body, date=date,
                       # the address contacted (WARC 1.1 §5.12): the proxy's when the crawl goes through one
                       ip_address=str(response.ip_address) if response.ip_address else None,
                       truncated="disconnect" if "dataloss" in response.flags else None,
                       metadata=self._metadata_fields(request, host, date) if self.metadata else None,
-                      rendered=request.meta.pop(RENDERED_DOM_META_KEY, None))  # spider/render, at 970
+                      rendered=request.meta.pop(RENDERED_DOM_META_KEY, None),  # spider/render, at 970
+                      record_id=record_id)
         try:
             queued = self.thread.submit(fetch)
         except WriterStopped as exc:
             logger.warning("%s", exc)
             self.stats.inc_value("weblm/warc/not_recorded")
             return response
+        self.crawler.signals.send_catch_log(signal=fetch_recorded, request=request, record_id=record_id)
         if queued is None:
             return response
         self.stats.inc_value("weblm/warc/queue_full_waits")
