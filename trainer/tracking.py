@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
+import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -94,7 +95,12 @@ def start_run(cfg: TrainerConfig, paths: Paths, manifest: Manifest, model_info: 
     mlflow.set_tags(tags)
     # MLflow caps a dataset digest at 36 characters: the digest is the sha256's prefix, the tag the whole.
     source = manifest.location if is_uri(manifest.location) else manifest.path.resolve().as_uri()
-    dataset = MetaDataset(source=resolve_dataset_source(source),
+    with warnings.catch_warnings():
+        # MLflow registers its local artifact source twice (schemes "" and "file"), both type "local": for a file://
+        # URI it warns that the source "can be interpreted in multiple ways" and takes either, the same
+        warnings.filterwarnings("ignore", message="The specified dataset source can be interpreted in multiple ways")
+        resolved = resolve_dataset_source(source)
+    dataset = MetaDataset(source=resolved,
                           name=f"shards-{manifest.sha256[:12]}", digest=manifest.sha256[:DIGEST_CHARS])
     mlflow.log_input(dataset, context="training",
                      tags={"manifest_sha256": manifest.sha256, "tokens": str(manifest.total_tokens),

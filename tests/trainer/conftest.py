@@ -67,8 +67,11 @@ def trained_run(tmp_path_factory, manifest_path):
     from trainer.train import train
     root = tmp_path_factory.mktemp("run")
     cfg, paths = tiny_config("schedule.steps=40"), tmp_paths(root)
-    result = train(cfg, paths, manifest_path, Path(paths.train_dir))
-    return {"result": result, "cfg": cfg, "paths": paths, "out": Path(paths.train_dir), "manifest": manifest_path}
+    with warnings.catch_warnings(record=True) as warned:
+        warnings.simplefilter("always")
+        result = train(cfg, paths, manifest_path, Path(paths.train_dir))
+    return {"result": result, "cfg": cfg, "paths": paths, "out": Path(paths.train_dir), "manifest": manifest_path,
+            "warnings": [str(w.message) for w in warned]}
 
 
 def pytest_configure(config):
