@@ -57,6 +57,7 @@ def transformer_config(m: ModelConfig, cuda: CudaConfig | None = None) -> Transf
         cross_entropy_fusion_impl="native",
         gradient_accumulation_fusion=False,   # needs Apex's or TE's fused wgrad kernel
         masked_softmax_fusion=False,          # the unfused path's CUDA kernel needs Apex; SDPA fuses it anyway
+        cuda_graph_scope=[],   # megatron 0.16.1's default, "full", warns it is deprecated for [], which means the same
     )
 
 
