@@ -25,6 +25,9 @@ $(VENV)/.installed: setup.cfg pyproject.toml
 	# (the CI machine) every process compiled torch, megatron and pyspark from source: ~15 s of CPU per trainer rank or
 	# Spark worker; a tp2-dp2 test took 123 s without them and 60 s with them, measured here.
 	$(VENV)/bin/uv pip install -q --compile-bytecode --python $(PY) -e '.[spider,localweb,jobs,trainer,demo,dev]'
+	# uv keeps each build of an sdist it fetched anew (pyspark's: 1.4 GB a setup, as this index revalidates it every
+	# time) and never drops the old ones: repeated setups had left 60 GB in uv's cache here and filled the disk.
+	$(VENV)/bin/uv cache prune -q
 	touch $@
 
 # Delta's and the s3a connector's own jars only: pyspark already ships newer copies of their other dependencies.

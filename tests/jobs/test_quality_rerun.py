@@ -32,7 +32,13 @@ def version(spark, lake, name: str) -> int:
 def kill_at(point: str, lake: Path, tmp_path: Path) -> None:
     """Run the job in its own process group until it reaches `point`, then SIGKILL the group (driver and JVM)."""
     marker, log = tmp_path / f"{point}.reached", tmp_path / f"{point}.log"
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "PYSPARK_SUBMIT_ARGS": f"--driver-memory 1g {SMALL_DATA_SPARK} pyspark-shell"}
+    # A JVM killed with SIGKILL runs no shutdown hook, so Spark's scratch (70 MB of jars copied into userFiles, native
+    # libraries) would stay in /tmp after every run: it goes under tmp_path, which pytest rotates.
+    scratch = tmp_path / f"{point}.spark-scratch"
+    scratch.mkdir()
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "SPARK_LOCAL_DIRS": str(scratch),
+           "PYSPARK_SUBMIT_ARGS": f"--driver-memory 1g --driver-java-options -Djava.io.tmpdir={scratch} "
+                                  f"{SMALL_DATA_SPARK} pyspark-shell"}
     with open(log, "wb") as out:
         process = subprocess.Popen(
             [sys.executable, str(Path(__file__).with_name("quality_kill_hook.py")), point, str(marker),
@@ -46,6 +52,7 @@ def kill_at(point: str, lake: Path, tmp_path: Path) -> None:
         process.wait()
     assert reached, f"the job never reached {point}:\n{log.read_text()[-3000:]}"
     assert process.returncode == -signal.SIGKILL
+    assert any(scratch.glob("spark-*")), "Spark's scratch went elsewhere than SPARK_LOCAL_DIRS"
 
 
 def test_a_killed_quality_job_reruns_to_the_tables_of_an_uninterrupted_run(spark, tmp_path):
