@@ -18,9 +18,19 @@ A host is *idle* (nothing queued), *waiting* (queued, next-allowed time not yet 
 the host busy; release_host() makes it waiting again until the time the caller computed (politeness).  A busy
 host whose worker died becomes ready again when the lease expires.  So two workers never fetch from one host
 at once, and the gap between two fetches is what the releasing worker asked for.
+
+Every backend instance is one *owner* (a worker process; `new_owner()`), and a lease belongs to the owner that took
+it: fetched(), renew(), requeue(), ack() and release_host() change only the caller's own leases, holds and busy
+hosts.  A worker that stalled past its lease (a long GC pause, a network partition from the store) and wakes up
+after another worker leased the URL again therefore cannot end, requeue or extend that lease, nor free the host
+while the other fetch runs.  The one exception is ack(anyone=True): a WARC file left by a dead process and
+recovered by another is durable whoever holds its URLs now.
 """
 from __future__ import annotations
 
+import os
+import socket
+import uuid
 from abc import ABC, abstractmethod
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
@@ -75,10 +85,16 @@ class DigestSeen:
     record_id: str     # its WARC-Record-ID
 
 
+def new_owner() -> str:
+    """A lease owner's name: unique to this backend instance, readable in the store (host, pid, random part)."""
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:12]}"
+
+
 class FrontierBackend(ABC):
     """Storage for the crawl frontier.  Times are UNIX seconds (float) passed in by the caller, so tests can
-    drive the clock; a backend never reads the clock itself."""
+    drive the clock; a backend never reads the clock itself.  `owner` names this instance's leases."""
 
+    owner: str
     atomic_batches = False  # True: a batch() is all or nothing (a failure inside undoes every operation in it)
 
     def batch(self) -> AbstractContextManager:
@@ -106,15 +122,17 @@ class FrontierBackend(ABC):
         queued again."""
 
     @abstractmethod
-    def release_host(self, host: str, next_at: float, state: HostState | None = None) -> None:
+    def release_host(self, host: str, next_at: float, state: HostState | None = None) -> bool:
         """The busy host's fetch is over: it may be asked again at `next_at`; `state` (delay, errors, Retry-After
-        block) replaces its stored politeness record when given.  Idle again if nothing is queued for it."""
+        block) replaces its stored politeness record when given.  Idle again if nothing is queued for it.  A host
+        busy with another owner's lease is left alone (returns False): this caller's own lease of it expired."""
 
     @abstractmethod
     def requeue(self, ids: list[str], now: float, payloads: dict[str, str] | None = None) -> None:
         """Give leased or held URLs back (a retry, a worker closing with work in hand): queued again under their
         original priority, ahead of URLs admitted after them.  `payloads` replaces the payload of some of them (a
-        retry's count travels with its URL).  Unknown or already acknowledged ids are ignored."""
+        retry's count travels with its URL).  Unknown or already acknowledged ids, and those another owner holds,
+        are ignored."""
 
     @abstractmethod
     def fetched(self, ids: list[str], until: float) -> None:
@@ -123,16 +141,18 @@ class FrontierBackend(ABC):
         before `until`."""
 
     @abstractmethod
-    def renew(self, ids: list[str], until: float) -> None:
+    def renew(self, ids: list[str], until: float) -> list[str]:
         """Extend leases and holds that this worker still has in hand (a live worker renews; a dead one does
-        not, so its URLs come back soon after it dies)."""
+        not, so its URLs come back soon after it dies).  Returns the ids renewed: the others are no longer this
+        owner's (their lease expired while the worker stalled, and they went back to the frontier)."""
 
     @abstractmethod
-    def ack(self, ids: list[str], refetch_at: float | None, now: float) -> int:
+    def ack(self, ids: list[str], refetch_at: float | None, now: float, anyone: bool = False) -> int:
         """Their records are durable (or there was nothing to record: robots.txt denied it, the fetch failed for
         good): done.  With `refetch_at`, the URL comes back in its queue then (recrawl); None forgets it (the
-        Bloom filter still has it).  Only leased or held URLs are acknowledged; an id queued again meanwhile (a
-        retry) is left alone.  Idempotent.  Returns how many were acknowledged now."""
+        Bloom filter still has it).  Only this owner's leased or held URLs are acknowledged (`anyone`: whoever
+        holds them, for a recovered file); an id queued again meanwhile (a retry) is left alone.  Idempotent.
+        Returns how many were acknowledged now."""
 
     @abstractmethod
     def refund(self, hosts: list[str]) -> None:

@@ -7,6 +7,7 @@ again.  Nothing is cached between transactions: another process may have written
 A host row is `idle` (nothing queued; `at` = its next-allowed time, or NULL), `queued` (`at` = when it may be
 asked: *waiting* before that, *ready* after) or `busy` (`at` = when its lease expires).  A URL row is `queued`,
 `leased` or `held` (`until` = expiry) or `due` (`until` = recrawl time); a URL forgotten by ack() is deleted.
+A leased or held URL and a busy host carry their lease's `owner`; NULL (a file written before owners) matches any.
 The Bloom filter is stored a block per row, created when a bit is first set, so a small crawl stays small.
 """
 from __future__ import annotations
@@ -16,7 +17,7 @@ import threading
 from contextlib import contextmanager
 from pathlib import Path
 
-from spider.frontier.backend import DigestSeen, FrontierBackend, HostState, Leased, NewUrl, RobotsRecord
+from spider.frontier.backend import DigestSeen, FrontierBackend, HostState, Leased, NewUrl, RobotsRecord, new_owner
 from spider.frontier.bloom import BloomLayout
 
 BUSY_TIMEOUT_S = 30.0  # a writer waits this long for another process's transaction before failing
@@ -33,7 +34,8 @@ CREATE TABLE IF NOT EXISTS hosts (
     delay_s REAL NOT NULL DEFAULT -1.0,
     errors INTEGER NOT NULL DEFAULT 0,
     blocked_until REAL NOT NULL DEFAULT 0.0,
-    admitted INTEGER NOT NULL DEFAULT 0
+    admitted INTEGER NOT NULL DEFAULT 0,
+    owner TEXT
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS hosts_by_time ON hosts (state, at);
 CREATE TABLE IF NOT EXISTS urls (
@@ -43,7 +45,8 @@ CREATE TABLE IF NOT EXISTS urls (
     priority INTEGER NOT NULL,
     payload TEXT NOT NULL,
     state TEXT NOT NULL,
-    until REAL
+    until REAL,
+    owner TEXT
 );
 CREATE INDEX IF NOT EXISTS urls_queue ON urls (host, priority DESC, seq) WHERE state = 'queued';
 CREATE INDEX IF NOT EXISTS urls_timers ON urls (until) WHERE until IS NOT NULL;
@@ -71,6 +74,9 @@ CREATE TABLE IF NOT EXISTS digests (
 CREATE TABLE IF NOT EXISTS scope (host TEXT PRIMARY KEY) WITHOUT ROWID;
 COMMIT;
 """
+
+# a lease, hold or busy host this owner may change: its own, or one taken before leases had owners
+_MINE = "(owner IS NULL OR owner = :owner)"
 
 _HAS_QUEUED = "EXISTS (SELECT 1 FROM urls WHERE urls.host = hosts.host AND urls.state = 'queued')"
 
@@ -150,10 +156,19 @@ class SqliteFrontier(FrontierBackend):
         # 64 MiB of WAL between checkpoints, not 4: a Bloom page dirtied by many commits is copied back once
         self._db.execute("PRAGMA wal_autocheckpoint = 16384")
         self._db.executescript(_SCHEMA)
+        self._add_owner_columns()
+        self.owner = new_owner()
         with self._transaction() as db:
             db.execute("INSERT OR IGNORE INTO meta VALUES ('bloom_layout', ?)", (_layout_key(bloom),))
 
     atomic_batches = True
+
+    def _add_owner_columns(self) -> None:
+        """A frontier file written before leases had owners gets the columns (NULL: anyone's)."""
+        with self._transaction() as db:
+            for table in ("urls", "hosts"):
+                if "owner" not in {row[1] for row in db.execute(f"PRAGMA table_info({table})")}:
+                    db.execute(f"ALTER TABLE {table} ADD COLUMN owner TEXT")
 
     @contextmanager
     def batch(self):
@@ -248,8 +263,10 @@ class SqliteFrontier(FrontierBackend):
                         db.execute("UPDATE hosts SET state = 'idle' WHERE host = ?", (host,))
                         continue
                     seq, id_, payload = row
-                    db.execute("UPDATE urls SET state = 'leased', until = ? WHERE seq = ?", (until, seq))
-                    db.execute("UPDATE hosts SET state = 'busy', at = ? WHERE host = ?", (until, host))
+                    db.execute("UPDATE urls SET state = 'leased', until = ?, owner = ? WHERE seq = ?",
+                               (until, self.owner, seq))
+                    db.execute("UPDATE hosts SET state = 'busy', at = ?, owner = ? WHERE host = ?",
+                               (until, self.owner, host))
                     out.append(Leased(id_, host, payload, until, HostState(delay_s, errors, blocked_until, admitted)))
         return out
 
@@ -258,55 +275,69 @@ class SqliteFrontier(FrontierBackend):
         back = db.execute("SELECT host, min(until), sum(state != 'due') FROM urls WHERE until <= ? GROUP BY host",
                           (now,)).fetchall()
         if back:
-            db.execute("UPDATE urls SET state = 'queued', until = NULL WHERE until <= ?", (now,))
+            db.execute("UPDATE urls SET state = 'queued', until = NULL, owner = NULL WHERE until <= ?", (now,))
             db.executemany(_IDLE_TO_QUEUED, [{"host": host, "t": t} for host, t, _ in back])
             db.execute("UPDATE meta SET value = value + ? WHERE key = 'expired_leases'",
                        (sum(expired for _, _, expired in back),))
         # a busy host becomes ready at its lease's expiry, so it keeps its place among the ready ones
-        db.execute(f"UPDATE hosts SET state = CASE WHEN {_HAS_QUEUED} THEN 'queued' ELSE 'idle' END "
+        db.execute(f"UPDATE hosts SET state = CASE WHEN {_HAS_QUEUED} THEN 'queued' ELSE 'idle' END, owner = NULL "
                    "WHERE state = 'busy' AND at <= ?", (now,))
 
-    def release_host(self, host: str, next_at: float, state: HostState | None = None) -> None:
+    def release_host(self, host: str, next_at: float, state: HostState | None = None) -> bool:
         with self._transaction() as db:
             db.execute("INSERT OR IGNORE INTO hosts (host, state) VALUES (?, 'idle')", (host,))
-            db.execute(f"UPDATE hosts SET at = ?, state = CASE WHEN {_HAS_QUEUED} THEN 'queued' ELSE 'idle' END "
-                       "WHERE host = ?", (next_at, host))
-            if state is not None:  # `admitted` stays the stored count: other workers admit meanwhile
+            released = db.execute(
+                f"UPDATE hosts SET at = :at, owner = NULL, "
+                f"state = CASE WHEN {_HAS_QUEUED} THEN 'queued' ELSE 'idle' END "
+                f"WHERE host = :host AND (state != 'busy' OR {_MINE})",
+                {"at": next_at, "host": host, "owner": self.owner}).rowcount
+            if released and state is not None:  # `admitted` stays the stored count: other workers admit meanwhile
                 db.execute("UPDATE hosts SET delay_s = ?, errors = ?, blocked_until = ? WHERE host = ?",
                            (state.delay_s, state.errors, state.blocked_until, host))
+            return bool(released)
 
     def requeue(self, ids: list[str], now: float, payloads: dict[str, str] | None = None) -> None:
         with self._transaction() as db:
             if payloads:
-                db.executemany("UPDATE urls SET payload = ? WHERE id = ?", [(p, i) for i, p in payloads.items()])
+                db.executemany(f"UPDATE urls SET payload = :payload WHERE id = :id AND state IN ('leased', 'held') "
+                               f"AND {_MINE}", [{"payload": p, "id": i, "owner": self.owner}
+                                                for i, p in payloads.items()])
             hosts = set()
             for id_ in ids:  # seq is kept: the URL goes ahead of those admitted after it
                 hosts.update(host for host, in db.execute(
-                    "UPDATE urls SET state = 'queued', until = NULL WHERE id = ? AND state IN ('leased', 'held') "
-                    "RETURNING host", (id_,)).fetchall())
+                    f"UPDATE urls SET state = 'queued', until = NULL, owner = NULL WHERE id = :id "
+                    f"AND state IN ('leased', 'held') AND {_MINE} RETURNING host",
+                    {"id": id_, "owner": self.owner}).fetchall())
             db.executemany(_IDLE_TO_QUEUED, [{"host": host, "t": now} for host in hosts])
 
     def fetched(self, ids: list[str], until: float) -> None:
         with self._transaction() as db:
-            db.executemany("UPDATE urls SET state = 'held', until = ? WHERE id = ? AND state = 'leased'",
-                           [(until, id_) for id_ in ids])
+            db.executemany(f"UPDATE urls SET state = 'held', until = :until WHERE id = :id AND state = 'leased' "
+                           f"AND {_MINE}", [{"until": until, "id": id_, "owner": self.owner} for id_ in ids])
 
-    def renew(self, ids: list[str], until: float) -> None:
+    def renew(self, ids: list[str], until: float) -> list[str]:
+        renewed = []
         with self._transaction() as db:
             for id_ in ids:
-                for host, state in db.execute("UPDATE urls SET until = ? WHERE id = ? AND state IN ('leased', 'held') "
-                                              "RETURNING host, state", (until, id_)).fetchall():
+                mine = {"until": until, "id": id_, "owner": self.owner}
+                for host, state in db.execute(f"UPDATE urls SET until = :until WHERE id = :id "
+                                              f"AND state IN ('leased', 'held') AND {_MINE} RETURNING host, state",
+                                              mine).fetchall():
+                    renewed.append(id_)
                     if state == "leased":  # the host stays busy as long as its lease
-                        db.execute("UPDATE hosts SET at = max(at, ?) WHERE host = ? AND state = 'busy'", (until, host))
+                        db.execute(f"UPDATE hosts SET at = max(at, :until) WHERE host = :host AND state = 'busy' "
+                                   f"AND {_MINE}", {**mine, "host": host})
+        return renewed
 
-    def ack(self, ids: list[str], refetch_at: float | None, now: float) -> int:
+    def ack(self, ids: list[str], refetch_at: float | None, now: float, anyone: bool = False) -> int:
+        whose = "" if anyone else f"AND {_MINE}"
+        rows = [{"id": id_, "at": refetch_at, "owner": self.owner} for id_ in ids]
         with self._transaction() as db:
             if refetch_at is None:
-                cur = db.executemany("DELETE FROM urls WHERE id = ? AND state IN ('leased', 'held')",
-                                     [(id_,) for id_ in ids])
+                cur = db.executemany(f"DELETE FROM urls WHERE id = :id AND state IN ('leased', 'held') {whose}", rows)
             else:
-                cur = db.executemany("UPDATE urls SET state = 'due', until = ? WHERE id = ? "
-                                     "AND state IN ('leased', 'held')", [(refetch_at, id_) for id_ in ids])
+                cur = db.executemany(f"UPDATE urls SET state = 'due', until = :at, owner = NULL WHERE id = :id "
+                                     f"AND state IN ('leased', 'held') {whose}", rows)
             return cur.rowcount
 
     def refund(self, hosts: list[str]) -> None:

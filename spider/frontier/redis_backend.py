@@ -9,7 +9,9 @@ Cluster.  A partition holds, under `<namespace>:{p}:`:
     ready     zset   host by next-allowed time (hosts with URLs queued and no fetch in flight)
     busy      zset   host by its lease's expiry (a fetch in flight)
     lease     zset   id by expiry;  held: id by expiry (fetched, record not yet durable);  due: id by refetch time
-    h:<host>  hash   next, delay, errors, blocked, admitted          r:<host> hash  robots.txt record
+    own       hash   id -> owner of its lease or hold (backend.py: only the owner may change them)
+    h:<host>  hash   next, delay, errors, blocked, admitted, owner (of the lease it is busy with)
+    r:<host>  hash   robots.txt record
     bf:<stage>:<block> string  Bloom filter blocks (spider/frontier/bloom.py);  bm hash: admitted
     dg        hash   payload digest -> first capture;  stat hash: queued, expired_leases, robots_<status>
 
@@ -27,7 +29,7 @@ from typing import Iterable
 import redis
 from redis.cluster import RedisCluster
 
-from spider.frontier.backend import DigestSeen, FrontierBackend, HostState, Leased, NewUrl, RobotsRecord
+from spider.frontier.backend import DigestSeen, FrontierBackend, HostState, Leased, NewUrl, RobotsRecord, new_owner
 from spider.frontier.bloom import BloomLayout
 from spider.frontier.canonical import jump_hash
 
@@ -46,6 +48,7 @@ class RedisFrontier(FrontierBackend):
     def __init__(self, url: str, namespace: str, partitions: int, bloom: BloomLayout):
         self.url, self.namespace, self.partitions, self.bloom = url, namespace, partitions, bloom
         self.client = connect(url)
+        self.owner = new_owner()
         common = (LUA / "common.lua").read_text()
         self.scripts = {name: self.client.register_script(common + (LUA / f"{name}.lua").read_text())
                         for name in ("add", "lease", "release", "settle", "robots_put", "repayload", "refund")}
@@ -121,10 +124,10 @@ class RedisFrontier(FrontierBackend):
         plain = sorted(set(quota) - settle)  # nothing to settle: exactly their quota, in one round trip
         results = []
         if plain:
-            results = list(zip(plain, self._run_many("lease", [(p, [repr(now), quota[p], repr(lease_s)])
+            results = list(zip(plain, self._run_many("lease", [(p, [repr(now), quota[p], repr(lease_s), self.owner])
                                                               for p in plain])))
         for p in sorted(settle):  # expired leases, holds or due recrawls: in turn, sharing the spare
-            rows = self._run("lease", p, [repr(now), quota.get(p, 0) + spare, repr(lease_s)])
+            rows = self._run("lease", p, [repr(now), quota.get(p, 0) + spare, repr(lease_s), self.owner])
             spare -= max(0, len(rows) - quota.get(p, 0))
             results.append((p, rows))
         for p, rows in results:
@@ -135,39 +138,41 @@ class RedisFrontier(FrontierBackend):
                                   HostState(float(delay), int(errors), float(blocked), int(admitted))))
         return out
 
-    def release_host(self, host: str, next_at: float, state: HostState | None = None) -> None:
-        args = [host, repr(next_at), repr(next_at)]
+    def release_host(self, host: str, next_at: float, state: HostState | None = None) -> bool:
+        args = [host, repr(next_at), repr(next_at), self.owner]
         if state is not None:
             args += [repr(state.delay_s), state.errors, repr(state.blocked_until)]
-        self._run("release", self.partition(host), args)
+        return bool(self._run("release", self.partition(host), args))
 
-    def _settle(self, op: str, ids: list[str], now: float, t: str) -> int:
+    def _settle(self, op: str, ids: list[str], now: float, t: str, anyone: bool = False) -> list[str]:
+        """The ids the script changed."""
         by_partition: dict[int, list[str]] = defaultdict(list)
         for id_ in ids:
             where = self._where.get(id_)
             for p in ([where] if where is not None else range(self.partitions)):
                 by_partition[p].append(id_)
-        return sum(int(self._run("settle", p, [op, repr(now), t, *chunk]))
-                   for p, part in by_partition.items() for chunk in _chunks(part, 500))
+        owner = "" if anyone else self.owner
+        return [id_.decode() for p, part in by_partition.items() for chunk in _chunks(part, 500)
+                for id_ in self._run("settle", p, [op, repr(now), t, owner, *chunk])]
 
     def requeue(self, ids: list[str], now: float, payloads: dict[str, str] | None = None) -> None:
-        if payloads:  # the same worker holds these: nothing else writes their entries meanwhile
+        if payloads:  # this worker holds these (repayload.lua checks): nothing else writes their entries meanwhile
             by_partition: dict[int, list[str]] = defaultdict(list)
             for id_, payload in payloads.items():
                 by_partition[self._where.get(id_, -1)] += [id_, payload]
             for p, args in by_partition.items():
                 for part in ([p] if p >= 0 else range(self.partitions)):
-                    self._run("repayload", part, args)
+                    self._run("repayload", part, [self.owner, *args])
         self._settle("requeue", ids, now, "")
 
     def fetched(self, ids: list[str], until: float) -> None:
         self._settle("fetched", ids, until, repr(until))
 
-    def renew(self, ids: list[str], until: float) -> None:
-        self._settle("renew", ids, until, repr(until))
+    def renew(self, ids: list[str], until: float) -> list[str]:
+        return self._settle("renew", ids, until, repr(until))
 
-    def ack(self, ids: list[str], refetch_at: float | None, now: float) -> int:
-        done = self._settle("ack", ids, now, "" if refetch_at is None else repr(refetch_at))
+    def ack(self, ids: list[str], refetch_at: float | None, now: float, anyone: bool = False) -> int:
+        done = len(self._settle("ack", ids, now, "" if refetch_at is None else repr(refetch_at), anyone))
         for id_ in ids:
             self._where.pop(id_, None) if refetch_at is None else None
         return done

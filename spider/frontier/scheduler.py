@@ -11,6 +11,8 @@ An allowed one is sent; when its fetch ends (FetchOutcomeMiddleware) the host is
 politeness says (spider/frontier/politeness.py) and the URL is *held* until the WARC record of that fetch
 (`fetch_recorded` names it) is in a durable file (`warc_file_durable`), then acknowledged.  A retry goes back to
 the frontier with its retry count.  A killed worker renews nothing, so its URLs come back after `frontier.lease_s`.
+A worker that stalled past its leases (their renewals came back refused, or their expiry passed before one came
+back) sends none of the URLs it has not sent yet: other workers may hold them and their hosts by then.
 """
 from __future__ import annotations
 
@@ -63,6 +65,10 @@ class InHand:
     seed: bool
     sent: bool = False
     record_id: str | None = None  # the WARC record of the fetch that finished it; its file's durability acks it
+    expires: float = 0.0  # when this worker's lease ends as far as it knows: the lease's expiry, then each renewal's
+
+    def __post_init__(self):
+        self.expires = self.expires or self.lease.expires
 
 
 class FrontierScheduler(BaseScheduler):
@@ -198,8 +204,11 @@ class FrontierScheduler(BaseScheduler):
         if self._closing:
             return None
         now = time.time()
-        if self._delayed and self._delayed[0][0] <= now:
-            return heapq.heappop(self._delayed)[2]
+        while self._delayed and self._delayed[0][0] <= now:
+            request = heapq.heappop(self._delayed)[2]
+            item = self._in_hand.get(request.meta.get(LEASE_META))
+            if item is None or not self._lapsed(item, now):
+                return request
         while self._buffer:
             item = self._buffer.popleft()
             request = self._dispatch(item, now)
@@ -212,6 +221,8 @@ class FrontierScheduler(BaseScheduler):
 
     # --- the leased URL's way out --------------------------------------------------------------------
     def _dispatch(self, item: InHand, now: float) -> Request | None:
+        if self._lapsed(item, now):
+            return None
         host = item.lease.host
         key = robots_key(item.url)
         rules = self._robots.get(key)
@@ -379,8 +390,8 @@ class FrontierScheduler(BaseScheduler):
         while another worker has it leased for that retry (two refusals, then no third request: a page lost in
         tests/spider/test_crawl_hostile.py), or, when this worker leased the retry itself, before the file that
         holds its answer is durable.  A fetch never recorded (the writer stopped) is never acknowledged: its hold
-        expires and it is fetched again.  A recovered file's URLs are acknowledged all: the process that fetched
-        them is gone."""
+        expires and it is fetched again.  A recovered file's URLs are acknowledged all, whoever holds them now:
+        the process that fetched them is gone."""
         now = time.time()
         by_refetch: dict[float | None, list[str]] = defaultdict(list)
         for url, record_id in zip(warc.urls, warc.record_ids):
@@ -392,7 +403,7 @@ class FrontierScheduler(BaseScheduler):
             item = self._forget(id_)
             by_refetch[self._refetch_at(item, now)].append(id_)
         for refetch, ids in by_refetch.items():
-            self._op("ack", ids, refetch, now)
+            self._op("ack", ids, refetch, now, warc.recovered)
 
     def _refetch_at(self, item: InHand | None, now: float) -> float | None:
         f = self.cfg.frontier
@@ -459,22 +470,23 @@ class FrontierScheduler(BaseScheduler):
                 getattr(b, name)(*args)
             except Exception as exc:
                 raise _Unapplied(ops[done:], []) from exc  # applied in order: the rest waits for the next tick
-        if renew:
-            b.renew(renew, now + f.lease_s)
+        renewed = (renew, set(b.renew(renew, now + f.lease_s)), now + f.lease_s) if renew else None
         leased = b.lease(want, now, f.lease_s) if want else []
         keys = {robots_key(json.loads(item.payload)["url"]) for item in leased}
         robots = {key: b.robots_get(key) for key in keys if key not in self._robots}
         counts = None
         if now - self._last_counts >= COUNTS_EVERY_S or not leased:
             counts, self._last_counts = b.counts(now), now
-        return outcomes, leased, robots, counts, adds
+        return outcomes, leased, robots, counts, adds, renewed
 
     def _applied(self, result) -> None:
         self._busy = False
         if self._again:
             self._again = False
             self._kick()
-        outcomes, leased, robots, counts, adds = result
+        outcomes, leased, robots, counts, adds, renewed = result
+        if renewed is not None:
+            self._renewed(*renewed)
         if len(self._known) > KNOWN_URLS:
             self._known.clear()
         for outcome, new in zip(outcomes, adds):
@@ -506,6 +518,34 @@ class FrontierScheduler(BaseScheduler):
         self.stats.set_value("weblm/frontier/in_hand", len(self._in_hand))
         if leased or not self.has_pending_requests():
             self._wake_engine()  # new work, or the end: either way the engine should look now
+
+    def _renewed(self, asked: list[str], renewed: set[str], until: float) -> None:
+        """A renewal's answer: the leases renewed run to `until`; the rest are no longer this worker's."""
+        lost = 0
+        for id_ in asked:
+            item = self._in_hand.get(id_)
+            if item is None:
+                continue
+            if id_ in renewed:
+                item.expires = max(item.expires, until)
+            elif item.expires > 0:
+                item.expires, lost = 0.0, lost + 1
+        if lost:
+            self.stats.inc_value("weblm/frontier/leases_lost", lost)
+            logger.warning("frontier: %d lease(s) expired before this worker renewed them (it stalled longer than "
+                           "frontier.lease_s?): their URLs went back to the frontier; the unsent ones are dropped "
+                           "here", lost)
+
+    def _lapsed(self, item: InHand, now: float) -> bool:
+        """A URL whose lease this worker no longer holds is not sent: another worker may have it, and its host.
+        It is handed back (a no-op where another worker holds it now) and so is its host (nothing was sent)."""
+        if item.expires > now:
+            return False
+        self.stats.inc_value("weblm/frontier/lapsed_unsent")
+        self._forget(item.lease.id)
+        self._op("requeue", [item.lease.id], now)
+        self._op("release_host", item.lease.host, now)
+        return True
 
     def _wake_engine(self) -> None:
         """The engine asks for requests after each download and on a 5 s heartbeat; new work should not wait

@@ -147,6 +147,15 @@ class Worker:
                 self.log_file = None
         return self.returncode
 
+    def stall(self, seconds: float) -> None:
+        """SIGSTOP, then SIGCONT: the process freezes whole (a long GC pause, a VM migration) and wakes up with
+        everything it had in hand."""
+        self.proc.send_signal(signal.SIGSTOP)
+        try:
+            time.sleep(seconds)
+        finally:
+            self.proc.send_signal(signal.SIGCONT)
+
     def kill(self) -> None:
         """SIGKILL: nothing runs after it (no WARC closing, no acknowledgements, no lease hand-back)."""
         self.proc.kill()

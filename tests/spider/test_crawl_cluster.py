@@ -202,6 +202,40 @@ def test_a_killed_worker_loses_nothing_its_urls_come_back_to_the_survivor(tmp_pa
         assert_polite(web, hosts)
 
 
+def test_a_worker_stalled_past_its_leases_loses_nothing_and_no_host_gets_two_fetchers(tmp_path, redis_server,
+                                                                                      workers):
+    truth = ground_truth()
+    with LocalWeb(load_config(WEB)) as web:
+        hosts = start_two(tmp_path, web, redis_server.url, workers)
+        stalled, other = workers
+        wait_for(lambda: web.hits.count() >= 20 and any(captures_so_far(p) for p in stalled.open_files()), 60,
+                 "the first worker to have fetches held for its open WARC file")
+        held = Counter()
+        for path in stalled.open_files():
+            held.update(captures_so_far(path))
+        stalled_at = web.hits.count()
+        stalled.stall(2 * 4 + 1)  # frontier.lease_s=4: its leases and holds expire, the other worker takes them
+        finish_all(workers)
+
+        got = requested(web.hits)
+        want = expected_requests(truth)
+        recorded = captures([p for w in workers for p in w.closed_files()])
+        missing = sorted(url for url in want if url not in recorded)
+        assert not missing, f"{len(missing)} reachable URL(s) without a record in any closed WARC file: {missing}"
+        assert not set(got) - set(want), f"requested although not reachable: {sorted(set(got) - set(want))}"
+        # what the stalled worker held may be fetched twice (once by each), nothing more
+        assert all(n <= 2 * want[url] for url, n in got.items()), {u: n for u, n in got.items() if n > want[u]}
+        assert other.stats["scrapy"].get("weblm/frontier/expired_leases", 0) >= 1
+        assert set(held) <= set(captures(other.closed_files())) | set(captures(stalled.closed_files()))
+        # the stalled worker's late releases and acknowledgements left the other worker's leases alone: every
+        # host kept its delay, whichever worker asked
+        assert_polite(web, hosts)
+        mine = stalled.stats["scrapy"]
+        print(f"\nstalled at {stalled_at} requests holding {len(held)} URL(s); {sum(got.values())} requests for "
+              f"{len(want)} URLs; the stalled worker's leases lost {mine.get('weblm/frontier/leases_lost', 0)}, "
+              f"lapsed unsent {mine.get('weblm/frontier/lapsed_unsent', 0)}")
+
+
 def test_the_crawl_rides_out_a_redis_restart(tmp_path, workers):
     server = RedisServer(tmp_path / "redis", persist=True)
     try:

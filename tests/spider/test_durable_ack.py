@@ -44,6 +44,7 @@ def test_a_durable_file_acks_only_what_this_worker_holds():
     s._on_durable(durable((DONE, RETRIED, ELSEWHERE), ("<urn:uuid:done>", "<urn:uuid:503>", "<urn:uuid:b>")))
     # the retried URL (its 503 is in the file) and another worker's URL stay live in the frontier
     assert acked(s) == {s.canon.id(DONE)}
+    assert [args[-1] for name, args in s._ops if name == "ack"] == [False]
     assert not s._held and not s._in_hand
 
 
@@ -75,3 +76,5 @@ def test_a_recovered_file_acks_every_fetch_in_it():
     s._on_durable(durable((DONE, RETRIED, ELSEWHERE), ("<urn:uuid:1>", "<urn:uuid:2>", "<urn:uuid:3>"),
                           recovered=True))
     assert acked(s) == {s.canon.id(u) for u in (DONE, RETRIED, ELSEWHERE)}
+    # whoever holds them now: the worker that fetched them is gone (a normal file acks only this worker's leases)
+    assert [args[-1] for name, args in s._ops if name == "ack"] == [True]

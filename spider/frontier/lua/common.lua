@@ -14,6 +14,14 @@ local function wake(host, now)
   redis.call('ZADD', P .. 'ready', math.max(now, next_at), host)
 end
 
+-- Whether `owner` may change the lease or hold of `id`: its own, or one taken before leases had owners.
+-- An empty `owner` stands for anyone (the acknowledgement of a recovered WARC file).
+local function mine(id, owner)
+  if owner == '' then return true end
+  local holder = redis.call('HGET', P .. 'own', id)
+  return (not holder) or holder == owner
+end
+
 -- Put a known entry back in its host's queue under its original score.
 local function requeue(id, now)
   local raw = redis.call('HGET', P .. 'e', id)

@@ -1,10 +1,12 @@
--- ARGV: P, now, max_urls, lease_s.  Reaps expired leases and holds, queues due recrawls, then hands out
--- one URL per ready host.  Returns {id, host, payload, expires, delay, errors, blocked, admitted} per URL.
-local now, max_urls, lease_s = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
+-- ARGV: P, now, max_urls, lease_s, owner.  Reaps expired leases and holds, queues due recrawls, then hands out
+-- one URL per ready host, owned by `owner`.  Returns {id, host, payload, expires, delay, errors, blocked, admitted}
+-- per URL.
+local now, max_urls, lease_s, owner = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]), ARGV[5]
 for _, zset in ipairs({'lease', 'held'}) do
   local ids = redis.call('ZRANGEBYSCORE', P .. zset, '-inf', now, 'LIMIT', 0, 1000)
   for _, id in ipairs(ids) do
     redis.call('ZREM', P .. zset, id)
+    redis.call('HDEL', P .. 'own', id)
     if requeue(id, now) then redis.call('HINCRBY', P .. 'stat', 'expired_leases', 1) end
   end
 end
@@ -14,6 +16,7 @@ for _, id in ipairs(redis.call('ZRANGEBYSCORE', P .. 'due', '-inf', now, 'LIMIT'
 end
 for _, host in ipairs(redis.call('ZRANGEBYSCORE', P .. 'busy', '-inf', now, 'LIMIT', 0, 1000)) do
   redis.call('ZREM', P .. 'busy', host)  -- its worker died holding it
+  redis.call('HDEL', P .. 'h:' .. host, 'owner')
   wake(host, now)
 end
 local out = {}
@@ -27,6 +30,8 @@ for _, host in ipairs(hosts) do
     redis.call('HINCRBY', P .. 'stat', 'queued', -1)
     redis.call('ZADD', P .. 'busy', expires, host)
     redis.call('ZADD', P .. 'lease', expires, id)
+    redis.call('HSET', P .. 'own', id, owner)
+    redis.call('HSET', P .. 'h:' .. host, 'owner', owner)
     local e = cjson.decode(redis.call('HGET', P .. 'e', id))
     local h = redis.call('HMGET', P .. 'h:' .. host, 'delay', 'errors', 'blocked', 'admitted')
     out[#out + 1] = {id, host, e.p, tostring(expires), h[1] or '-1', h[2] or '0', h[3] or '0', h[4] or '0'}

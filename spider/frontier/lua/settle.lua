@@ -1,23 +1,31 @@
--- ARGV: P, op, now, until_or_refetch, ids...   op: requeue | fetched | renew | ack.  Returns how many changed.
-local op, now, t = ARGV[2], tonumber(ARGV[3]), ARGV[4]
-local n = 0
-for i = 5, #ARGV do
+-- ARGV: P, op, now, until_or_refetch, owner, ids...   op: requeue | fetched | renew | ack.  Only the owner's
+-- leases and holds change (an empty owner: anyone's).  Returns the ids that changed.
+local op, now, t, owner = ARGV[2], tonumber(ARGV[3]), ARGV[4], ARGV[5]
+local changed = {}
+for i = 6, #ARGV do
   local id = ARGV[i]
-  if op == 'renew' then
-    local leased = redis.call('ZADD', P .. 'lease', 'XX', 'CH', t, id)
-    n = n + leased + redis.call('ZADD', P .. 'held', 'XX', 'CH', t, id)
-    if leased == 1 then  -- the host stays busy as long as the fetch's lease
-      local raw = redis.call('HGET', P .. 'e', id)
+  if not mine(id, owner) then
+    -- another worker leased it after this caller's lease expired: not this caller's to change
+  elseif op == 'renew' then
+    if redis.call('ZSCORE', P .. 'lease', id) then
+      redis.call('ZADD', P .. 'lease', t, id)
+      local raw = redis.call('HGET', P .. 'e', id)  -- the host stays busy as long as the fetch's lease
       if raw then redis.call('ZADD', P .. 'busy', 'XX', t, cjson.decode(raw).h) end
+      changed[#changed + 1] = id
+    elseif redis.call('ZSCORE', P .. 'held', id) then
+      redis.call('ZADD', P .. 'held', t, id)
+      changed[#changed + 1] = id
     end
   elseif op == 'fetched' then
     if redis.call('ZREM', P .. 'lease', id) == 1 then
-      redis.call('ZADD', P .. 'held', t, id); n = n + 1
+      redis.call('ZADD', P .. 'held', t, id)
+      changed[#changed + 1] = id
     end
   else
     local out = redis.call('ZREM', P .. 'lease', id) + redis.call('ZREM', P .. 'held', id)
     if out > 0 then
-      n = n + 1
+      changed[#changed + 1] = id
+      redis.call('HDEL', P .. 'own', id)
       if op == 'requeue' then
         requeue(id, now)
       elseif t ~= '' then
@@ -28,4 +36,4 @@ for i = 5, #ARGV do
     end
   end
 end
-return n
+return changed

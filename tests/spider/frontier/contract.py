@@ -150,11 +150,11 @@ class FrontierContract:
     def test_renew_keeps_a_live_workers_leases(self, fb):
         fb.add([url("http://a.test/1")], T0, 0)
         (item,) = fb.lease(1, T0, 30)
-        fb.renew([item.id], T0 + 60)
+        assert fb.renew([item.id, "0" * 32], T0 + 60) == [item.id]  # an id it does not hold is not renewed
         fb.add([url("http://a.test/2")], T0, 0)
         assert fb.lease(1, T0 + 45, 30) == []  # neither the URL nor its host: both stay with the live worker
         fb.fetched([item.id], T0 + 90)
-        fb.renew([item.id], T0 + 200)
+        assert fb.renew([item.id], T0 + 200) == [item.id]  # a hold is renewed too
         fb.release_host("a.test", T0 + 50)
         (other,) = fb.lease(1, T0 + 150, 30)
         assert urls_of([other]) == ["http://a.test/2"]  # the host is free again; the held URL is not
@@ -172,6 +172,36 @@ class FrontierContract:
         (again,) = fb.lease(1, T0 + 1, 30)
         assert again.id == item.id
         assert fb.ack([again.id], None, T0 + 2) == 1
+
+    def test_a_worker_whose_lease_expired_can_no_longer_change_it(self, fb):
+        fb.add([url("http://a.test/1"), url("http://a.test/2")], T0, 0)
+        stale, other = fb, self.reopen(fb)
+        try:
+            (item,) = stale.lease(1, T0, 30)
+            (again,) = other.lease(1, T0 + 31, 30)  # the stale worker's lease expired: the URL and its host move on
+            assert again.id == item.id
+            # the stale worker wakes up and finishes its fetch: none of it touches the other worker's lease
+            assert stale.renew([item.id], T0 + 500) == []  # the worker learns it no longer holds the URL
+            stale.fetched([item.id], T0 + 500)
+            stale.requeue([item.id], T0 + 32, {item.id: json.dumps({"url": "http://a.test/1", "retry_times": 9})})
+            assert stale.ack([item.id], None, T0 + 32) == 0
+            assert stale.release_host("a.test", T0 + 32) is False
+            assert stale.lease(5, T0 + 33, 30) == []  # the host stays busy: no second fetcher on it
+            counts = other.counts(T0 + 33)
+            assert (counts["queued"], counts["leased"], counts["held"], counts["busy_hosts"]) == (1, 1, 0, 1)
+            # not renewed either: the other worker's lease ends when it said, with the URL's own payload
+            (third,) = stale.lease(1, T0 + 62, 30)
+            assert third.id == item.id and "retry_times" not in json.loads(third.payload)
+            # and the rule holds the other way round, for holds too
+            stale.fetched([third.id], T0 + 100)
+            assert other.ack([third.id], None, T0 + 63) == 0 and other.release_host("a.test", T0 + 63) is False
+            assert stale.counts(T0 + 63)["held"] == 1
+            # a recovered file's records are durable whoever holds their URLs
+            assert other.ack([third.id], None, T0 + 64, anyone=True) == 1
+            assert stale.release_host("a.test", T0 + 64) is True
+            assert urls_of(other.lease(5, T0 + 64, 30)) == ["http://a.test/2"]
+        finally:
+            other.close()
 
     def test_a_requeued_url_can_carry_a_new_payload(self, fb):
         fb.add([url("http://a.test/1")], T0, 0)

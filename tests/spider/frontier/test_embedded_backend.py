@@ -158,3 +158,32 @@ def test_a_batch_is_one_transaction_that_a_failure_undoes(tmp_path):
         pass
     assert fb.add([url("http://a.test/2")], T0, 0) == ["admitted"]  # the failed batch left no trace
     fb.close()
+
+
+def test_a_frontier_file_from_before_lease_owners_gets_them_and_its_leases_stay_anyones(tmp_path):
+    path = tmp_path / "frontier.sqlite"
+    fb = SqliteFrontier(str(path), SMALL)
+    fb.add([url("http://a.test/1"), url("http://a.test/2")], T0, 0)
+    (old,) = fb.lease(1, T0, 60)
+    fb.close()
+    with sqlite3.connect(path) as db:  # the file as an earlier version wrote it: no owner columns
+        for table in ("urls", "hosts"):
+            db.execute(f"ALTER TABLE {table} DROP COLUMN owner")
+    fb = SqliteFrontier(str(path), SMALL)
+    try:
+        with sqlite3.connect(path) as db:
+            for table in ("urls", "hosts"):
+                assert "owner" in {row[1] for row in db.execute(f"PRAGMA table_info({table})")}
+        # the lease taken before owners has none: the restarted worker may still finish it
+        fb.fetched([old.id], T0 + 100)
+        assert fb.ack([old.id], None, T0 + 1) == 1
+        assert fb.release_host("a.test", T0 + 1) is True
+        (new,) = fb.lease(1, T0 + 1, 60)
+        assert urls_of([new]) == ["http://a.test/2"]
+        other = SqliteFrontier(str(path), SMALL)
+        try:  # new leases have an owner
+            assert other.ack([new.id], None, T0 + 2) == 0 and other.release_host("a.test", T0 + 2) is False
+        finally:
+            other.close()
+    finally:
+        fb.close()
