@@ -20,13 +20,15 @@ $(VENV)/.installed: setup.cfg pyproject.toml
 	@command -v java >/dev/null || { echo "Spark needs Java 17+: run 'make system-deps' (Debian, as root) or install a JDK" >&2; exit 1; }
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip uv==0.13.9
+	# uv keeps each build of an sdist it fetched anew (pyspark's: 1.4 GB a setup, as this index revalidates it every
+	# time) and never drops the old ones: repeated setups had left 60 GB in uv's cache here and filled the disk, so
+	# setup prunes the cache before installing (what earlier setups left) and after (its own old builds).
+	$(VENV)/bin/uv cache prune -q
 	# uv installs the same pinned set as pip in half the time (97 s against 199 s from a warm cache, measured here).
 	# --compile-bytecode: the .pyc files, once. uv writes none by default, and where PYTHONDONTWRITEBYTECODE is set
 	# (the CI machine) every process compiled torch, megatron and pyspark from source: ~15 s of CPU per trainer rank or
 	# Spark worker; a tp2-dp2 test took 123 s without them and 60 s with them, measured here.
 	$(VENV)/bin/uv pip install -q --compile-bytecode --python $(PY) -e '.[spider,localweb,jobs,trainer,demo,dev]'
-	# uv keeps each build of an sdist it fetched anew (pyspark's: 1.4 GB a setup, as this index revalidates it every
-	# time) and never drops the old ones: repeated setups had left 60 GB in uv's cache here and filled the disk.
 	$(VENV)/bin/uv cache prune -q
 	touch $@
 
