@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import itertools
+import sqlite3
 
 import pytest
 
@@ -45,3 +46,33 @@ def test_a_frontier_refuses_a_changed_bloom_layout_or_partition_count(redis_serv
             changed.add([url(f"http://{h}.test/1") for h in "abcdefgh"], T0, 0)
         changed.close()
     backend.close()
+
+
+def test_the_bloom_bits_are_the_layouts_own_and_byte_identical_in_both_backends(redis_server, tmp_path):
+    """Redis (one partition) and SQLite set the very bits `BloomLayout` names, so a URL's filter does not depend
+    on the backend and the Python layout's false-positive arithmetic is the one that holds."""
+    from spider.frontier.embedded import SqliteFrontier
+    from tests.spider.frontier.contract import T0, url
+    redis_fb = RedisFrontier(redis_server.url, f"t{next(_namespaces)}", 1, SMALL)
+    redis_fb.clear()
+    sqlite_fb = SqliteFrontier(str(tmp_path / "frontier.sqlite"), SMALL)
+    news = [url(f"http://h{i % 7}.test/{i}") for i in range(300)]
+    try:
+        for fb in (redis_fb, sqlite_fb):
+            assert fb.add(news, T0, 0) == ["admitted"] * 300
+            assert fb.add(news[:50], T0, 0) == ["seen"] * 50
+        with sqlite3.connect(sqlite_fb.path) as db:
+            blocks = dict(db.execute("SELECT block, bits FROM bloom"))
+        expected: dict[int, bytearray] = {}
+        stage = SMALL.stages[0]
+        for new in news:
+            block, bits = stage.positions(new.bloom)
+            buf = expected.setdefault(block, bytearray(SMALL.block_bytes))
+            for p in bits:
+                buf[p >> 3] |= 0x80 >> (p & 7)
+        assert {block: bytes(buf) for block, buf in blocks.items()} == {b: bytes(v) for b, v in expected.items()}
+        for block, buf in expected.items():
+            assert redis_fb.client.get(redis_fb.prefix(0) + f"bf:0:{block}") == bytes(buf)
+    finally:
+        redis_fb.close()
+        sqlite_fb.close()
