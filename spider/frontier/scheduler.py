@@ -127,6 +127,7 @@ class FrontierScheduler(BaseScheduler):
         if self._backend is None:
             self._backend = open_backend(self.cfg, self.crawler.settings.get("WEBLM_LOCAL_DIR") or ".")
         self.crawler.weblm_digest_index = _DigestIndex(self._backend)
+        self.crawler.weblm_known_urls = self._known  # the spider drops known links before they become Requests
         self._pool.start()
         self._loop = task.LoopingCall(self._tick)
         self._loop.start(self.cfg.frontier.refill_every_s, now=True)
