@@ -85,6 +85,14 @@ class DigestSeen:
     record_id: str     # its WARC-Record-ID
 
 
+class Unapplied(Exception):
+    """`FrontierBackend.apply` failed: its first `done` operations are applied; the cause is chained."""
+
+    def __init__(self, done: int):
+        super().__init__(f"applied {done} operation(s), then failed")
+        self.done = done
+
+
 def new_owner() -> str:
     """A lease owner's name: unique to this backend instance, readable in the store (host, pid, random part)."""
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:12]}"
@@ -101,6 +109,16 @@ class FrontierBackend(ABC):
         """The operations called inside apply as one unit where the store allows it (one SQLite transaction:
         one commit per scheduler tick instead of one per operation).  Default: each operation on its own."""
         return nullcontext()
+
+    def apply(self, ops: list[tuple[str, tuple]]) -> None:
+        """Operations whose answers nobody waits for, as (method name, arguments), applied in order.  On a failure
+        it raises `Unapplied(done)` from the cause: the first `done` operations are applied, the rest may not be.
+        Default: one call each; a store with round trips sends them together (the Redis frontier)."""
+        for done, (name, args) in enumerate(ops):
+            try:
+                getattr(self, name)(*args)
+            except Exception as exc:
+                raise Unapplied(done) from exc
 
     # --- admission -------------------------------------------------------------------------------------
     @abstractmethod

@@ -17,6 +17,9 @@ Cluster.  A partition holds, under `<namespace>:{p}:`:
 
 The crawl's scope (hosts links may be followed into) is the set `scope` of each host's partition.
 Each script is atomic, so two workers can never lease one URL or one host at once.
+A worker's calls travel as pipelines of EVALSHA commands, one round trip per call (per node on a cluster) whatever
+the number of partitions or operations in it: a scheduler tick is the URLs it adds, its operations (`apply`), a
+peek at every partition (peek.lua) and the lease scripts where there is work, each in one round trip.
 """
 from __future__ import annotations
 
@@ -29,12 +32,16 @@ from typing import Iterable
 import redis
 from redis.cluster import RedisCluster
 
-from spider.frontier.backend import DigestSeen, FrontierBackend, HostState, Leased, NewUrl, RobotsRecord, new_owner
+from redis.exceptions import NoScriptError
+
+from spider.frontier.backend import (DigestSeen, FrontierBackend, HostState, Leased, NewUrl, RobotsRecord, Unapplied,
+                                     new_owner)
 from spider.frontier.bloom import BloomLayout
 from spider.frontier.canonical import jump_hash
 
 LUA = Path(__file__).with_name("lua")
 ROBOTS_STATUSES = ("parsed", "allow_all", "disallow_all")
+Command = tuple  # (script name, key, its arguments) or (None, "", a plain command's words)
 
 
 def connect(url: str) -> redis.Redis | RedisCluster:
@@ -51,8 +58,14 @@ class RedisFrontier(FrontierBackend):
         self.owner = new_owner()
         common = (LUA / "common.lua").read_text()
         self.scripts = {name: self.client.register_script(common + (LUA / f"{name}.lua").read_text())
-                        for name in ("add", "lease", "release", "settle", "robots_put", "repayload", "refund")}
+                        for name in ("add", "lease", "release", "settle", "robots_put", "repayload", "refund", "peek",
+                                     "counts")}
         self._where: dict[str, int] = {}  # id -> partition, for the ids this worker has seen (else: every partition)
+        self._load_scripts()
+        # the operations `apply` sends together: each one's commands
+        self._builders = {"release_host": self._release, "requeue": self._requeue, "fetched": self._fetched,
+                          "ack": self._ack, "refund": self._refund, "robots_put": self._robots_put,
+                          "scope_add": self._scope_add}
 
     # --- keys ----------------------------------------------------------------------------------------
     def partition(self, host: str) -> int:
@@ -62,20 +75,70 @@ class RedisFrontier(FrontierBackend):
     def prefix(self, p: int) -> str:
         return f"{self.namespace}:{{{p}}}:"
 
-    def _run(self, script: str, p: int, args: Iterable) -> object:
+    # --- commands: several in one round trip ------------------------------------------------------------
+    def _script(self, name: str, p: int, args: Iterable) -> Command:
         prefix = self.prefix(p)
-        return self.scripts[script](keys=[prefix + "seq"], args=[prefix, *args])
+        return name, prefix + "seq", (prefix, *args)
 
-    def _run_many(self, script: str, calls: list[tuple[int, list]]) -> list:
-        """One script per (partition, args), in one round trip on a single server; Redis Cluster's pipelines
-        refuse scripts (redis-py), so there they run in turn."""
-        if isinstance(self.client, RedisCluster):
-            return [self._run(script, p, args) for p, args in calls]
+    def _send(self, commands: list[Command]) -> list:
+        """The answers to `commands`, in order, an exception in place of each one that failed.  On one server they
+        go in one round trip (on Redis Cluster, one per node), scripts as EVALSHA commands: redis-py's own script
+        calls in a pipeline ask SCRIPT EXISTS first, a second round trip every time, and its cluster pipelines
+        refuse them.  A server that lost the scripts (restarted, SCRIPT FLUSH) refuses each of them unrun: all
+        are loaded again and the refused commands run again, in their order."""
         pipe = self.client.pipeline(transaction=False)
-        for p, args in calls:
-            prefix = self.prefix(p)
-            self.scripts[script](keys=[prefix + "seq"], args=[prefix, *args], client=pipe)
-        return pipe.execute()
+        for name, key, argv in commands:
+            if name is None:
+                pipe.execute_command(*argv)
+            else:
+                pipe.execute_command("EVALSHA", self.scripts[name].sha, 1, key, *argv)
+        answers = pipe.execute(raise_on_error=False)
+        refused = [i for i, answer in enumerate(answers) if isinstance(answer, NoScriptError)]
+        if refused:
+            self._load_scripts()
+            for i, answer in zip(refused, self._send([commands[i] for i in refused])):
+                answers[i] = answer
+        return answers
+
+    def _call(self, commands: list[Command]) -> list:
+        """`_send`, raising the first failure."""
+        answers = self._send(commands)
+        for answer in answers:
+            if isinstance(answer, Exception):
+                raise answer
+        return answers
+
+    def _load_scripts(self) -> None:
+        """Every script, so that no pipeline finds some loaded and others not (the loaded ones would run before
+        the refused ones run again)."""
+        for script in self.scripts.values():
+            self.client.script_load(script.script)
+
+    def apply(self, ops: list[tuple[str, tuple]]) -> None:
+        """The operations' scripts in one round trip, in order.  A failed command fails its operation: the ones
+        before it are applied.  If the round trip itself fails, none counts as applied; each operation is safe to
+        apply twice (an owner check or a state check stops the second)."""
+        if any(name not in self._builders for name, _ in ops):  # no command form: the default, one call each
+            return super().apply(ops)
+        commands, ends = [], []
+        for built, (name, args) in enumerate(ops):
+            try:
+                commands += self._builders[name](*args)
+            except Exception as exc:  # arguments it cannot take: what comes before it is applied, then it fails
+                self.apply(ops[:built])
+                raise Unapplied(built) from exc
+            ends.append(len(commands))
+        try:
+            answers = self._send(commands)
+        except Exception as exc:
+            raise Unapplied(0) from exc
+        failed = next((i for i, answer in enumerate(answers) if isinstance(answer, Exception)), None)
+        done = len(ops) if failed is None else sum(1 for end in ends if end <= failed)
+        for name, args in ops[:done]:
+            if name == "ack":
+                self._acked(*args)
+        if failed is not None:
+            raise Unapplied(done) from answers[failed]
 
     # --- admission -----------------------------------------------------------------------------------
     def add(self, urls: list[NewUrl], now: float, max_per_host: int) -> list[str]:
@@ -86,15 +149,15 @@ class RedisFrontier(FrontierBackend):
         layout = self.bloom.lua_args()
         # the partition scope of the layout key: a partition count changed under a running crawl is refused too
         layout_key = f"{self.bloom.key} partitions={self.partitions}"
-        calls = []
+        commands = []
         for p, indexes in by_partition.items():
             args: list = [repr(now), max_per_host, layout_key, len(layout) // 4, *layout]
             for i in indexes:
                 new = urls[i]
                 args += [new.id, new.host, new.priority, new.payload, *new.bloom, int(new.in_scope)]
                 self._where[new.id] = p
-            calls.append((p, args))
-        for indexes, outcomes in zip(by_partition.values(), self._run_many("add", calls)):
+            commands.append(self._script("add", p, args))
+        for indexes, outcomes in zip(by_partition.values(), self._call(commands)):
             for i, outcome in zip(indexes, outcomes):
                 out[i] = outcome.decode()
         return out
@@ -103,18 +166,11 @@ class RedisFrontier(FrontierBackend):
     def lease(self, max_urls: int, now: float, lease_s: float) -> list[Leased]:
         # One round trip looks at every partition, so hosts that waited longest come first cluster-wide; the
         # scripts then run only where there is a host to hand out or a lease, hold or recrawl to settle.
-        pipe = self.client.pipeline(transaction=False)
-        for p in range(self.partitions):
-            k = self.prefix(p)
-            pipe.zrangebyscore(k + "ready", "-inf", repr(now), start=0, num=max_urls, withscores=True)
-            for zset in ("lease", "held", "due", "busy"):
-                pipe.zrangebyscore(k + zset, "-inf", repr(now), start=0, num=1)
-        peeks = pipe.execute()
+        peeks = self._call([self._script("peek", p, [repr(now), max_urls]) for p in range(self.partitions)])
         candidates, settle = [], set()
-        for p in range(self.partitions):
-            ready, *overdue = peeks[p * 5:(p + 1) * 5]
-            candidates += [(score, p) for _, score in ready]
-            if any(overdue):
+        for p, (overdue, ready) in enumerate(peeks):
+            candidates += [(float(score), p) for score in ready]
+            if overdue:
                 settle.add(p)
         quota: dict[int, int] = defaultdict(int)
         for _, p in sorted(candidates)[:max_urls]:
@@ -124,10 +180,11 @@ class RedisFrontier(FrontierBackend):
         plain = sorted(set(quota) - settle)  # nothing to settle: exactly their quota, in one round trip
         results = []
         if plain:
-            results = list(zip(plain, self._run_many("lease", [(p, [repr(now), quota[p], repr(lease_s), self.owner])
-                                                              for p in plain])))
+            results = list(zip(plain, self._call([self._script("lease", p, [repr(now), quota[p], repr(lease_s),
+                                                                            self.owner]) for p in plain])))
         for p in sorted(settle):  # expired leases, holds or due recrawls: in turn, sharing the spare
-            rows = self._run("lease", p, [repr(now), quota.get(p, 0) + spare, repr(lease_s), self.owner])
+            rows, = self._call([self._script("lease", p, [repr(now), quota.get(p, 0) + spare, repr(lease_s),
+                                                          self.owner])])
             spare -= max(0, len(rows) - quota.get(p, 0))
             results.append((p, rows))
         for p, rows in results:
@@ -139,55 +196,78 @@ class RedisFrontier(FrontierBackend):
         return out
 
     def release_host(self, host: str, next_at: float, state: HostState | None = None) -> bool:
+        return bool(self._call(self._release(host, next_at, state))[0])
+
+    def _release(self, host: str, next_at: float, state: HostState | None = None) -> list[Command]:
         args = [host, repr(next_at), repr(next_at), self.owner]
         if state is not None:
             args += [repr(state.delay_s), state.errors, repr(state.blocked_until)]
-        return bool(self._run("release", self.partition(host), args))
+        return [self._script("release", self.partition(host), args)]
 
-    def _settle(self, op: str, ids: list[str], now: float, t: str, anyone: bool = False) -> list[str]:
-        """The ids the script changed."""
+    def _settle(self, op: str, ids: list[str], now: float, t: str, anyone: bool = False) -> list[Command]:
+        """settle.lua's commands; each answers the ids it changed."""
         by_partition: dict[int, list[str]] = defaultdict(list)
         for id_ in ids:
             where = self._where.get(id_)
             for p in ([where] if where is not None else range(self.partitions)):
                 by_partition[p].append(id_)
         owner = "" if anyone else self.owner
-        return [id_.decode() for p, part in by_partition.items() for chunk in _chunks(part, 500)
-                for id_ in self._run("settle", p, [op, repr(now), t, owner, *chunk])]
+        return [self._script("settle", p, [op, repr(now), t, owner, *chunk])
+                for p, part in by_partition.items() for chunk in _chunks(part, 500)]
 
-    def requeue(self, ids: list[str], now: float, payloads: dict[str, str] | None = None) -> None:
+    def _requeue(self, ids: list[str], now: float, payloads: dict[str, str] | None = None) -> list[Command]:
+        commands = []
         if payloads:  # this worker holds these (repayload.lua checks): nothing else writes their entries meanwhile
             by_partition: dict[int, list[str]] = defaultdict(list)
             for id_, payload in payloads.items():
                 by_partition[self._where.get(id_, -1)] += [id_, payload]
             for p, args in by_partition.items():
-                for part in ([p] if p >= 0 else range(self.partitions)):
-                    self._run("repayload", part, [self.owner, *args])
-        self._settle("requeue", ids, now, "")
+                commands += [self._script("repayload", part, [self.owner, *args])
+                             for part in ([p] if p >= 0 else range(self.partitions))]
+        return commands + self._settle("requeue", ids, now, "")
+
+    def _fetched(self, ids: list[str], until: float) -> list[Command]:
+        return self._settle("fetched", ids, until, repr(until))
+
+    def _ack(self, ids: list[str], refetch_at: float | None, now: float, anyone: bool = False) -> list[Command]:
+        return self._settle("ack", ids, now, "" if refetch_at is None else repr(refetch_at), anyone)
+
+    def _acked(self, ids: list[str], refetch_at: float | None, now: float, anyone: bool = False) -> None:
+        if refetch_at is None:
+            for id_ in ids:
+                self._where.pop(id_, None)
+
+    def _refund(self, hosts: list[str]) -> list[Command]:
+        return [self._script("refund", self.partition(host), [host]) for host in hosts]
+
+    def requeue(self, ids: list[str], now: float, payloads: dict[str, str] | None = None) -> None:
+        self._call(self._requeue(ids, now, payloads))
 
     def fetched(self, ids: list[str], until: float) -> None:
-        self._settle("fetched", ids, until, repr(until))
+        self._call(self._fetched(ids, until))
 
     def renew(self, ids: list[str], until: float) -> list[str]:
-        return self._settle("renew", ids, until, repr(until))
+        return [id_.decode() for changed in self._call(self._settle("renew", ids, until, repr(until)))
+                for id_ in changed]
 
     def ack(self, ids: list[str], refetch_at: float | None, now: float, anyone: bool = False) -> int:
-        done = len(self._settle("ack", ids, now, "" if refetch_at is None else repr(refetch_at), anyone))
-        for id_ in ids:
-            self._where.pop(id_, None) if refetch_at is None else None
+        done = sum(len(changed) for changed in self._call(self._ack(ids, refetch_at, now, anyone)))
+        self._acked(ids, refetch_at, now, anyone)
         return done
 
     def refund(self, hosts: list[str]) -> None:
-        for host in hosts:
-            self._run("refund", self.partition(host), [host])
+        self._call(self._refund(hosts))
 
     # --- scope -------------------------------------------------------------------------------------------
     def scope_add(self, hosts: list[str]) -> None:
+        self._call(self._scope_add(hosts))
+
+    def _scope_add(self, hosts: list[str]) -> list[Command]:
         by_partition: dict[int, list[str]] = defaultdict(list)
         for host in hosts:
             by_partition[self.partition(host)].append(host)
-        for p, part in by_partition.items():  # beside the host's queues: add.lua checks it in the same slot
-            self.client.sadd(self.prefix(p) + "scope", *part)
+        # beside the host's queues: add.lua checks it in the same slot
+        return [(None, "", ("SADD", self.prefix(p) + "scope", *part)) for p, part in by_partition.items()]
 
     def scope(self) -> set[str]:
         pipe = self.client.pipeline(transaction=False)
@@ -209,8 +289,12 @@ class RedisFrontier(FrontierBackend):
                             raw[b"detail"].decode())
 
     def robots_put(self, host: str, record: RobotsRecord) -> None:
-        self._run("robots_put", self.partition(host), [host, record.status, record.body, repr(record.fetched_at),
-                                                      repr(record.expires), record.detail])
+        self._call(self._robots_put(host, record))
+
+    def _robots_put(self, host: str, record: RobotsRecord) -> list[Command]:
+        return [self._script("robots_put", self.partition(host), [host, record.status, record.body,
+                                                                  repr(record.fetched_at), repr(record.expires),
+                                                                  record.detail])]
 
     def digest_first(self, digest: str, first: DigestSeen) -> DigestSeen | None:
         key = self.prefix(self.partition("digest:" + digest)) + "dg"
@@ -228,27 +312,13 @@ class RedisFrontier(FrontierBackend):
         return sum(int(v or 0) for v in pipe.execute())
 
     def counts(self, now: float) -> dict[str, int]:
-        pipe = self.client.pipeline(transaction=False)
-        for p in range(self.partitions):
-            k = self.prefix(p)
-            pipe.hgetall(k + "stat")
-            pipe.zcard(k + "lease")
-            pipe.zcard(k + "held")
-            pipe.zcount(k + "ready", "-inf", repr(now))
-            pipe.zcount(k + "ready", f"({now!r}", "+inf")
-            pipe.zcard(k + "busy")
-            pipe.zcard(k + "due")
-            pipe.hget(k + "bm", "admitted")
-        values = pipe.execute()
-        total: dict[str, int] = defaultdict(int)
-        for p in range(self.partitions):
-            stat, *rest = values[p * 8:(p + 1) * 8]
-            for name, value in zip(("leased", "held", "ready_hosts", "waiting_hosts", "busy_hosts", "due", "seen"),
-                                   rest):
-                total[name] += int(value or 0)
-            for name in ("queued", "expired_leases", *(f"robots_{s}" for s in ROBOTS_STATUSES)):
-                total[name] += int(stat.get(name.encode(), 0))
-        return dict(total)
+        names = ("queued", "expired_leases", *(f"robots_{s}" for s in ROBOTS_STATUSES), "leased", "held",
+                 "ready_hosts", "waiting_hosts", "busy_hosts", "due", "seen")  # counts.lua's order
+        total = dict.fromkeys(names, 0)
+        for values in self._call([self._script("counts", p, [repr(now)]) for p in range(self.partitions)]):
+            for name, value in zip(names, values):
+                total[name] += int(value)
+        return total
 
     def memory_bytes(self) -> int:
         """Redis's used_memory (one server; summed over a cluster's nodes)."""

@@ -37,7 +37,7 @@ from twisted.internet.threads import deferToThreadPool
 from spider.config import CrawlConfig
 from spider.frontier import robots as robotstxt
 from spider.frontier.admission import Admission
-from spider.frontier.backend import FrontierBackend, HostState, Leased, NewUrl
+from spider.frontier.backend import FrontierBackend, HostState, Leased, NewUrl, Unapplied
 from spider.frontier import open_backend
 from spider.frontier.bloom import url_hashes
 from spider.frontier.canonical import Canonicalizer
@@ -466,11 +466,10 @@ class FrontierScheduler(BaseScheduler):
             outcomes = b.add(adds, now, self.cfg.max_pages_per_host) if adds else []
         except Exception as exc:
             raise _Unapplied(ops, adds) from exc
-        for done, (name, args) in enumerate(ops):
-            try:
-                getattr(b, name)(*args)
-            except Exception as exc:
-                raise _Unapplied(ops[done:], []) from exc  # applied in order: the rest waits for the next tick
+        try:
+            b.apply(ops)
+        except Unapplied as exc:  # applied in order: the rest waits for the next tick
+            raise _Unapplied(ops[exc.done:], []) from exc.__cause__
         renewed = (renew, set(b.renew(renew, now + f.lease_s)), now + f.lease_s) if renew else None
         leased = b.lease(want, now, f.lease_s) if want else []
         keys = {robots_key(json.loads(item.payload)["url"]) for item in leased}

@@ -13,7 +13,7 @@ from dataclasses import replace
 
 import pytest
 
-from spider.frontier.backend import DigestSeen, FrontierBackend, HostState, NewUrl, RobotsRecord
+from spider.frontier.backend import DigestSeen, FrontierBackend, HostState, NewUrl, RobotsRecord, Unapplied
 from spider.frontier.bloom import BloomLayout, url_hashes
 from spider.frontier.canonical import Canonicalizer
 
@@ -202,6 +202,36 @@ class FrontierContract:
             assert urls_of(other.lease(5, T0 + 64, 30)) == ["http://a.test/2"]
         finally:
             other.close()
+
+    def test_operations_applied_together_do_what_each_call_does(self, fb):
+        fb.add([url(f"http://{h}.test/{i}") for h in "abc" for i in (1, 2)], T0, 0)
+        a, b, c = sorted(fb.lease(3, T0, 30), key=lambda item: item.host)
+        robots = RobotsRecord("parsed", b"User-agent: *\nDisallow: /x\n", T0, T0 + 86400, "HTTP 200")
+        fb.apply([("fetched", ([a.id], T0 + 100)), ("release_host", ("a.test", T0 + 5)),
+                  ("requeue", ([b.id], T0, {b.id: json.dumps({"url": "http://b.test/1", "retry_times": 1})})),
+                  ("release_host", ("b.test", T0)),
+                  ("ack", ([a.id], None, T0 + 1)), ("ack", ([c.id], None, T0 + 1)), ("refund", (["c.test"],)),
+                  ("release_host", ("c.test", T0 + 1)), ("robots_put", ("a.test", robots)),
+                  ("scope_add", (["z.test"],))])
+        assert fb.robots_get("a.test") == robots and "z.test" in fb.scope()
+        assert fb.host_state("c.test").admitted == 1
+        counts = fb.counts(T0 + 1)
+        assert (counts["queued"], counts["leased"], counts["held"], counts["busy_hosts"]) == (4, 0, 0, 0)
+        # b's retry comes first with its new payload; a's host waits until T0 + 5; a/1 and c/1 are done
+        leased = fb.lease(5, T0 + 1, 30)
+        assert sorted(urls_of(leased)) == ["http://b.test/1", "http://c.test/2"]
+        assert json.loads(next(i for i in leased if i.host == "b.test").payload)["retry_times"] == 1
+        assert urls_of(fb.lease(5, T0 + 5, 30)) == ["http://a.test/2"]
+
+    def test_operations_applied_together_stop_at_the_first_that_fails_and_say_where(self, fb):
+        fb.add([url(f"http://{h}.test/1") for h in "ab"], T0, 0)
+        a, b = sorted(fb.lease(2, T0, 30), key=lambda item: item.host)
+        with pytest.raises(Unapplied) as failed:
+            fb.apply([("release_host", ("a.test", T0)), ("ack", (None, None, T0)), ("release_host", ("b.test", T0))])
+        assert failed.value.done == 1 and isinstance(failed.value.__cause__, TypeError)
+        assert fb.counts(T0)["busy_hosts"] == 1  # a's host is free; b's, after the failure, is not
+        fb.apply([("release_host", ("b.test", T0))])
+        assert fb.counts(T0)["busy_hosts"] == 0
 
     def test_a_requeued_url_can_carry_a_new_payload(self, fb):
         fb.add([url("http://a.test/1")], T0, 0)

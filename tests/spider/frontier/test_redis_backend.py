@@ -76,3 +76,32 @@ def test_the_bloom_bits_are_the_layouts_own_and_byte_identical_in_both_backends(
     finally:
         redis_fb.close()
         sqlite_fb.close()
+
+
+def test_operations_go_in_one_round_trip_without_asking_for_scripts_and_survive_a_script_flush(redis_server):
+    """A tick's operations travel as one pipeline of EVALSHAs (redis-py's own pipelines ask SCRIPT EXISTS first,
+    a second round trip each time); a server that lost its scripts (restart, SCRIPT FLUSH) gets them again."""
+    import redis
+    from tests.spider.frontier.contract import T0, url
+    backend = RedisFrontier(redis_server.url, f"t{next(_namespaces)}", 4, SMALL)
+    backend.clear()
+    admin = redis.Redis.from_url(redis_server.url)
+
+    def calls(command: str) -> int:
+        return int(admin.info("commandstats").get(f"cmdstat_{command}", {}).get("calls", 0))
+
+    try:
+        backend.add([url(f"http://{h}.test/{i}") for h in "abcdef" for i in (1, 2)], T0, 0)
+        leased = backend.lease(6, T0, 30)
+        exists, evalsha = calls("script|exists"), calls("evalsha")
+        admin.script_flush()
+        backend.apply([op for item in leased for op in (("fetched", ([item.id], T0 + 100)),
+                                                        ("release_host", (item.host, T0)))])
+        assert calls("script|exists") == exists
+        assert calls("evalsha") - evalsha == 2 * 12  # every command refused once (no script), then run again
+        assert backend.counts(T0)["held"] == 6 and backend.counts(T0)["busy_hosts"] == 0
+        again = backend.lease(6, T0, 30)
+        assert sorted(item.host for item in again) == [f"{h}.test" for h in "abcdef"]
+    finally:
+        admin.close()
+        backend.close()
