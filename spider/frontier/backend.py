@@ -86,11 +86,12 @@ class DigestSeen:
 
 
 class Unapplied(Exception):
-    """`FrontierBackend.apply` failed: its first `done` operations are applied; the cause is chained."""
+    """`FrontierBackend.apply` or `step` failed: the first `done` operations are applied, and the URLs when
+    `outcomes` (`add`'s answer for them) is not None; the cause is chained."""
 
-    def __init__(self, done: int):
+    def __init__(self, done: int, outcomes: list[str] | None = None):
         super().__init__(f"applied {done} operation(s), then failed")
-        self.done = done
+        self.done, self.outcomes = done, outcomes
 
 
 def new_owner() -> str:
@@ -119,6 +120,21 @@ class FrontierBackend(ABC):
                 getattr(self, name)(*args)
             except Exception as exc:
                 raise Unapplied(done) from exc
+
+    def step(self, adds: list[NewUrl], ops: list[tuple[str, tuple]], max_urls: int, now: float, lease_s: float,
+             max_per_host: int) -> tuple[list[str], list[Leased]]:
+        """A scheduler tick: `add(adds)`, `apply(ops)`, then `lease(max_urls)` (none when 0); answers add's
+        outcomes and the leases.  It raises `Unapplied` with the operations applied before the failure, and
+        `outcomes` None where the URLs may not be admitted."""
+        try:
+            outcomes = self.add(adds, now, max_per_host) if adds else []
+        except Exception as exc:
+            raise Unapplied(0) from exc
+        try:
+            self.apply(ops)
+        except Unapplied as exc:
+            raise Unapplied(exc.done, outcomes) from exc.__cause__
+        return outcomes, (self.lease(max_urls, now, lease_s) if max_urls else [])
 
     # --- admission -------------------------------------------------------------------------------------
     @abstractmethod

@@ -102,11 +102,7 @@ class RedisFrontier(FrontierBackend):
 
     def _call(self, commands: list[Command]) -> list:
         """`_send`, raising the first failure."""
-        answers = self._send(commands)
-        for answer in answers:
-            if isinstance(answer, Exception):
-                raise answer
-        return answers
+        return self._read_answers(self._send(commands))
 
     def _load_scripts(self) -> None:
         """Every script, so that no pipeline finds some loaded and others not (the loaded ones would run before
@@ -142,10 +138,14 @@ class RedisFrontier(FrontierBackend):
 
     # --- admission -----------------------------------------------------------------------------------
     def add(self, urls: list[NewUrl], now: float, max_per_host: int) -> list[str]:
+        commands, read = self._add(urls, now, max_per_host)
+        return read(self._call(commands))
+
+    def _add(self, urls: list[NewUrl], now: float, max_per_host: int):
+        """add.lua's commands, one per partition, and the function that reads their answers as `add`'s."""
         by_partition: dict[int, list[int]] = defaultdict(list)
         for i, new in enumerate(urls):
             by_partition[self.partition(new.host)].append(i)
-        out: list[str] = [""] * len(urls)
         layout = self.bloom.lua_args()
         # the partition scope of the layout key: a partition count changed under a running crawl is refused too
         layout_key = f"{self.bloom.key} partitions={self.partitions}"
@@ -157,16 +157,68 @@ class RedisFrontier(FrontierBackend):
                 args += [new.id, new.host, new.priority, new.payload, *new.bloom, int(new.in_scope)]
                 self._where[new.id] = p
             commands.append(self._script("add", p, args))
-        for indexes, outcomes in zip(by_partition.values(), self._call(commands)):
-            for i, outcome in zip(indexes, outcomes):
-                out[i] = outcome.decode()
-        return out
+
+        def read(answers: list) -> list[str]:
+            out: list[str] = [""] * len(urls)
+            for indexes, outcomes in zip(by_partition.values(), answers):
+                for i, outcome in zip(indexes, outcomes):
+                    out[i] = outcome.decode()
+            return out
+        return commands, read
+
+    def step(self, adds: list[NewUrl], ops: list[tuple[str, tuple]], max_urls: int, now: float, lease_s: float,
+             max_per_host: int) -> tuple[list[str], list[Leased]]:
+        """The URLs, the operations and the peek at every partition in one round trip, then the lease scripts in
+        a second: a scheduler tick's work in two round trips where separate calls took four.  A pipeline runs
+        every command it holds, so the operations run even where the URLs failed: `done` counts them all the same
+        (each is safe to apply twice anyway, should the round trip itself fail)."""
+        if any(name not in self._builders for name, _ in ops):
+            return super().step(adds, ops, max_urls, now, lease_s, max_per_host)
+        commands, read = self._add(adds, now, max_per_host) if adds else ([], None)
+        added = len(commands)
+        ends = []
+        for built, (name, args) in enumerate(ops):
+            try:
+                commands += self._builders[name](*args)
+            except Exception as exc:  # arguments it cannot take: what comes before it is applied, then it fails
+                outcomes = self.add(adds, now, max_per_host) if adds else []
+                self.apply(ops[:built])
+                raise Unapplied(built, outcomes=outcomes) from exc
+            ends.append(len(commands))
+        peeks = [self._script("peek", p, [repr(now), max_urls]) for p in range(self.partitions)] if max_urls else []
+        try:
+            answers = self._send(commands + peeks)
+        except Exception as exc:
+            raise Unapplied(0) from exc
+        add_failed = next((answer for answer in answers[:added] if isinstance(answer, Exception)), None)
+        failed = next((i for i in range(added, len(commands)) if isinstance(answers[i], Exception)), None)
+        done = len(ops) if failed is None else sum(1 for end in ends if end <= failed)
+        for name, args in ops[:done]:
+            if name == "ack":
+                self._acked(*args)
+        if add_failed is not None:  # the URLs go again (a URL admitted already says "seen"), the operations not
+            raise Unapplied(done) from add_failed
+        outcomes = read(answers[:added]) if read else []
+        if failed is not None:
+            raise Unapplied(done, outcomes=outcomes) from answers[failed]
+        return outcomes, self._lease(self._read_answers(answers[len(commands):]), max_urls, now, lease_s) \
+            if max_urls else []
 
     # --- handing out work ----------------------------------------------------------------------------
     def lease(self, max_urls: int, now: float, lease_s: float) -> list[Leased]:
-        # One round trip looks at every partition, so hosts that waited longest come first cluster-wide; the
+        return self._lease(self._call([self._script("peek", p, [repr(now), max_urls])
+                                       for p in range(self.partitions)]), max_urls, now, lease_s)
+
+    @staticmethod
+    def _read_answers(answers: list) -> list:
+        for answer in answers:
+            if isinstance(answer, Exception):
+                raise answer
+        return answers
+
+    def _lease(self, peeks: list, max_urls: int, now: float, lease_s: float) -> list[Leased]:
+        # The peek at every partition (one round trip) puts the hosts that waited longest first cluster-wide; the
         # scripts then run only where there is a host to hand out or a lease, hold or recrawl to settle.
-        peeks = self._call([self._script("peek", p, [repr(now), max_urls]) for p in range(self.partitions)])
         candidates, settle = [], set()
         for p, (overdue, ready) in enumerate(peeks):
             candidates += [(float(score), p) for score in ready]

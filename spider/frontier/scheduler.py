@@ -463,15 +463,18 @@ class FrontierScheduler(BaseScheduler):
         b = self._backend
         f = self.cfg.frontier
         try:
-            outcomes = b.add(adds, now, self.cfg.max_pages_per_host) if adds else []
-        except Exception as exc:
-            raise _Unapplied(ops, adds) from exc
-        try:
-            b.apply(ops)
+            outcomes, leased = b.step(adds, ops, want, now, f.lease_s, self.cfg.max_pages_per_host)
         except Unapplied as exc:  # applied in order: the rest waits for the next tick
-            raise _Unapplied(ops[exc.done:], []) from exc.__cause__
-        renewed = (renew, set(b.renew(renew, now + f.lease_s)), now + f.lease_s) if renew else None
-        leased = b.lease(want, now, f.lease_s) if want else []
+            admitted = exc.outcomes is not None
+            raise _Unapplied(ops[exc.done:], [] if admitted else adds, (exc.outcomes, adds) if admitted else None) \
+                from exc.__cause__
+        renewed = None
+        if renew:  # after the lease: a lease due for renewal is still far from expiry (renew_every_s < lease_s)
+            try:
+                renewed = (renew, set(b.renew(renew, now + f.lease_s)), now + f.lease_s)
+            except Exception as exc:  # noqa: BLE001  (what was leased and applied stands)
+                logger.warning("frontier: renewing %d lease(s) failed (%s: %s); tried again in %.0f s", len(renew),
+                               type(exc).__name__, exc, f.renew_every_s)
         keys = {robots_key(json.loads(item.payload)["url"]) for item in leased}
         robots = {key: b.robots_get(key) for key in keys if key not in self._robots}
         counts = None
@@ -487,15 +490,7 @@ class FrontierScheduler(BaseScheduler):
         outcomes, leased, robots, counts, adds, renewed = result
         if renewed is not None:
             self._renewed(*renewed)
-        if len(self._known) > KNOWN_URLS:
-            self._known.clear()
-        for outcome, new in zip(outcomes, adds):
-            if outcome != "admitted":
-                self.stats.inc_value(f"weblm/filtered/{outcome}")
-            else:
-                self.stats.inc_value("weblm/frontier/admitted")
-            if outcome in ("admitted", "seen"):  # never admitted again; other refusals may change their minds
-                self._known.add(new.url)
+        self._count(outcomes, adds)
         now = time.time()
         for key, record in robots.items():
             if record is not None and record.expires > now:
@@ -518,6 +513,17 @@ class FrontierScheduler(BaseScheduler):
         self.stats.set_value("weblm/frontier/in_hand", len(self._in_hand))
         if leased or not self.has_pending_requests():
             self._wake_engine()  # new work, or the end: either way the engine should look now
+
+    def _count(self, outcomes: list[str], adds: list[NewUrl]) -> None:
+        if len(self._known) > KNOWN_URLS:
+            self._known.clear()
+        for outcome, new in zip(outcomes, adds):
+            if outcome != "admitted":
+                self.stats.inc_value(f"weblm/filtered/{outcome}")
+            else:
+                self.stats.inc_value("weblm/frontier/admitted")
+            if outcome in ("admitted", "seen"):  # never admitted again; other refusals may change their minds
+                self._known.add(new.url)
 
     def _renewed(self, asked: list[str], renewed: set[str], until: float) -> None:
         """A renewal's answer: the leases renewed run to `until`; the rest are no longer this worker's."""
@@ -571,6 +577,8 @@ class FrontierScheduler(BaseScheduler):
         if isinstance(cause, _Unapplied):
             self._ops[:0] = cause.ops
             self._adds[:0] = cause.adds
+            if cause.admitted is not None:  # the URLs were admitted before the failure
+                self._count(*cause.admitted)
             cause = cause.__cause__
         logger.error("frontier backend call failed (%s: %s); %d operation(s) kept for the next tick",
                      type(cause).__name__, cause, len(self._ops))
@@ -611,9 +619,9 @@ def _reactor():
 class _Unapplied(Exception):
     """What a failed tick did not apply, handed back to be applied first on the next one."""
 
-    def __init__(self, ops: list, adds: list):
+    def __init__(self, ops: list, adds: list, admitted: tuple | None = None):
         super().__init__(f"{len(ops)} operation(s), {len(adds)} URL(s) not applied")
-        self.ops, self.adds = ops, adds
+        self.ops, self.adds, self.admitted = ops, adds, admitted  # admitted: (outcomes, URLs) that went in
 
 
 class _DigestIndex:

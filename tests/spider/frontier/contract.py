@@ -233,6 +233,23 @@ class FrontierContract:
         fb.apply([("release_host", ("b.test", T0))])
         assert fb.counts(T0)["busy_hosts"] == 0
 
+    def test_a_step_adds_applies_and_leases_in_that_order(self, fb):
+        fb.add([url("http://a.test/1"), url("http://b.test/1")], T0, 0)
+        a, b = sorted(fb.lease(2, T0, 30), key=lambda item: item.host)
+        outcomes, leased = fb.step([url("http://a.test/2"), url("http://b.test/1"), url("http://c.test/1")],
+                                   [("ack", ([a.id], None, T0)), ("release_host", ("a.test", T0))], 10, T0, 30, 0)
+        assert outcomes == ["admitted", "seen", "admitted"]
+        assert sorted(urls_of(leased)) == ["http://a.test/2", "http://c.test/1"]  # b's host is still busy
+        assert fb.step([], [], 0, T0, 30, 0) == ([], [])
+        # an operation that fails: the URLs went in, and the operations before it
+        with pytest.raises(Unapplied) as failed:
+            fb.step([url("http://d.test/1")], [("requeue", ([b.id], T0)), ("ack", (None, None, T0)),
+                                               ("release_host", ("b.test", T0))], 10, T0, 30, 0)
+        assert failed.value.done == 1 and failed.value.outcomes == ["admitted"]
+        assert fb.counts(T0)["busy_hosts"] == 3  # a, b and c: b's release came after the failure
+        fb.apply([("release_host", ("b.test", T0))])
+        assert sorted(urls_of(fb.lease(10, T0, 30))) == ["http://b.test/1", "http://d.test/1"]
+
     def test_a_requeued_url_can_carry_a_new_payload(self, fb):
         fb.add([url("http://a.test/1")], T0, 0)
         (item,) = fb.lease(1, T0, 30)
