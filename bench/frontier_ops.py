@@ -12,8 +12,8 @@ Starts its own `redis-server` on a free loopback port (no persistence; killed at
    - enqueue: `add()` of --urls new URLs over --hosts hosts, in batches of --batch; then the same URLs again,
      all "seen" (a crawl's common case: most links of a page are known already);
    - next: `lease(--lease-batch)` (frontier.buffer) with the clock running, so every released host is ready;
-   - a full cycle per URL: lease, then `fetched([id])` and `release_host(host, now)` per URL (one operation
-     each, as the scheduler applies them), and `ack(ids)` per leased batch.
+   - a full cycle per URL: lease, then `fetched([id])` and `release_host(host, now)` per URL (together, in one
+     `apply`, as a scheduler tick applies one fetch's outcome), and `ack(ids)` per leased batch.
    "enqueue+next/s" = URLs / (time adding them + time leasing them); target >= 20,000/s on one Redis.
    Single client, then --clients processes sharing the frontier.  The baseline, same process, same
    payloads, same batching: what scrapy-redis's FIFO queue does, LPUSH of a batch and RPOP COUNT
@@ -85,21 +85,18 @@ def open_frontier(spec: str):
 
 
 class Counted:
-    """Counts a RedisFrontier's script calls (each one round trip) and lease pipelines."""
+    """Counts a RedisFrontier's round trips (each `_send` is one pipeline) and the commands in them."""
 
     def __init__(self, frontier):
-        self.scripts = self.pipelines = 0
-        if hasattr(frontier, "_run"):
-            run, pipeline = frontier._run, frontier.client.pipeline
+        self.trips = self.commands = 0
+        if hasattr(frontier, "_send"):
+            send = frontier._send
 
-            def counted_run(*a, **kw):
-                self.scripts += 1
-                return run(*a, **kw)
-
-            def counted_pipeline(*a, **kw):
-                self.pipelines += 1
-                return pipeline(*a, **kw)
-            frontier._run, frontier.client.pipeline = counted_run, counted_pipeline
+            def counted_send(commands):
+                self.trips += 1
+                self.commands += len(commands)
+                return send(commands)
+            frontier._send = counted_send
 
 
 def add_all(f, urls: list[NewUrl], batch: int, expect: str = "admitted") -> float:
@@ -115,7 +112,7 @@ def add_all(f, urls: list[NewUrl], batch: int, expect: str = "admitted") -> floa
 
 def drain(f, lease_batch: int, probe=None) -> tuple[int, float, float]:
     """Lease until the frontier is empty; per leased URL fetched() and release_host() (host ready again at
-    once), ack() per batch.  Returns (URLs leased, seconds in lease(), seconds in all).  `probe()`, when given,
+    once) together, ack() per batch.  Returns (URLs leased, seconds in lease(), seconds in all).  `probe()`, when given,
     is read before and after each lease() (outside every timing) and its differences summed in probe.total."""
     n, in_lease, probing, started = 0, 0.0, 0.0, time.perf_counter()
     while True:
@@ -133,11 +130,10 @@ def drain(f, lease_batch: int, probe=None) -> tuple[int, float, float]:
                 break
             time.sleep(0.0005)  # every host with URLs is busy in another client
             continue
-        for item in got:
+        for item in got:  # a fetch's outcome, applied as a scheduler tick applies it (FrontierBackend.apply)
             now = time.time()
-            f.fetched([item.id], now + LEASE_S)
-            f.release_host(item.host, now)
-        f.ack([item.id for item in got], None, time.time())
+            f.apply([("fetched", ([item.id], now + LEASE_S)), ("release_host", (item.host, now))])
+        f.apply([("ack", ([item.id for item in got], None, time.time()))])
         n += len(got)
     return n, in_lease, time.perf_counter() - started - probing
 
@@ -207,7 +203,7 @@ def run_single(kind: str, spec: str, args, redis_client: redis.Redis | None) -> 
         f.clear()
         counted = Counted(f)
         add_s = add_all(f, urls, args.batch)
-        scripts_add = counted.scripts
+        trips_add, commands_add = counted.trips, counted.commands
         stats_mid = _redis_usec(redis_client)
         seen_s = add_all(f, urls, args.batch, expect="seen")
         stats_seen = _redis_usec(redis_client)
@@ -216,7 +212,7 @@ def run_single(kind: str, spec: str, args, redis_client: redis.Redis | None) -> 
             def probe() -> float:
                 return redis_client.info("commandstats").get("cmdstat_evalsha", {}).get("usec", 0) / 1e6
             probe.total = 0.0
-        scripts_before = counted.scripts
+        trips_before, commands_before = counted.trips, counted.commands
         n, lease_s, drain_s = drain(f, args.lease_batch, probe)
         stats_after = _redis_usec(redis_client)
         left = f.counts(time.time())
@@ -224,8 +220,8 @@ def run_single(kind: str, spec: str, args, redis_client: redis.Redis | None) -> 
         if n != len(urls) or left.get("queued") or left.get("leased") or left.get("held"):
             raise SystemExit(f"{spec}: leased {n} of {len(urls)} URLs; left {left}")
         out = {"add_s": add_s, "lease_s": lease_s, "drain_s": drain_s, "seen_s": seen_s,
-               "scripts_add": scripts_add, "scripts_cycle": counted.scripts - scripts_before,
-               "pipelines_cycle": counted.pipelines, "lua_lease_s": probe.total if probe else 0.0}
+               "trips_add": trips_add, "commands_add": commands_add, "trips_cycle": counted.trips - trips_before,
+               "commands_cycle": counted.commands - commands_before, "lua_lease_s": probe.total if probe else 0.0}
     else:
         redis_client.delete(QUEUE, DUPES)
         add_s = push_all(redis_client, urls, args.batch, kind == "dedup")
@@ -331,9 +327,10 @@ def ops_section(args, port: int, tmp: Path) -> dict:
         label = {"add": "add (new)", "seen": "add (seen)", "cycle": "full cycle"}[phase]
         print(f"    {label:10s}: {wall / n * 1e6:6.1f} us/URL client wall; redis-server CPU {server / n * 1e6:5.1f} "
               f"us/URL ({server / wall:4.0%} of the wall), Lua scripts {lua / n * 1e6:5.1f} us/URL"
-              + (f"; {single['scripts_add'] / n:.2f} script round trips/URL" if phase == "add" else "")
-              + (f"; {single['scripts_cycle'] / n:.2f} script round trips/URL + {single['pipelines_cycle'] / n:.3f} "
-                 f"lease peek pipelines/URL ({cfg.frontier.partitions * 5} commands each)" if phase == "cycle" else ""))
+              + (f"; {single['trips_add'] / n:.3f} round trips/URL, {single['commands_add'] / n:.3f} commands/URL"
+                 if phase == "add" else "")
+              + (f"; {single['trips_cycle'] / n:.2f} round trips/URL, {single['commands_cycle'] / n:.2f} commands/URL "
+                 f"({cfg.frontier.partitions} partitions)" if phase == "cycle" else ""))
     print(f"    of the cycle, lease(): {single['lease_s'] / n * 1e6:6.1f} us/URL client wall, Lua "
           f"{single['lua_lease_s'] / n * 1e6:5.1f} us/URL; the rest is fetched() + release_host() per URL, ack() per "
           f"batch")
