@@ -78,16 +78,23 @@ def test_the_bloom_bits_are_the_layouts_own_and_byte_identical_in_both_backends(
         sqlite_fb.close()
 
 
-def test_operations_go_in_one_round_trip_without_asking_for_scripts_and_survive_a_script_flush(redis_server):
+@pytest.mark.parametrize("where", ["redis_server", "redis_cluster"])
+def test_operations_go_in_one_round_trip_without_asking_for_scripts_and_survive_a_script_flush(where, request):
     """A tick's operations travel as one pipeline of EVALSHAs (redis-py's own pipelines ask SCRIPT EXISTS first,
-    a second round trip each time); a server that lost its scripts (restart, SCRIPT FLUSH) gets them again."""
-    import redis
+    a second round trip each time; on a cluster, one pipeline per node); a server that lost its scripts
+    (restart, SCRIPT FLUSH) gets them again."""
+    from redis.cluster import RedisCluster
+    from spider.frontier.redis_backend import connect
     from tests.spider.frontier.contract import T0, url
-    backend = RedisFrontier(redis_server.url, f"t{next(_namespaces)}", 4, SMALL)
+    server = request.getfixturevalue(where)
+    backend = RedisFrontier(server.url, f"t{next(_namespaces)}", 4, SMALL)
     backend.clear()
-    admin = redis.Redis.from_url(redis_server.url)
+    admin = connect(server.url)
 
     def calls(command: str) -> int:
+        if isinstance(admin, RedisCluster):  # per node; summed
+            stats = admin.info("commandstats", target_nodes=RedisCluster.PRIMARIES)
+            return sum(int(node.get(f"cmdstat_{command}", {}).get("calls", 0)) for node in stats.values())
         return int(admin.info("commandstats").get(f"cmdstat_{command}", {}).get("calls", 0))
 
     try:
