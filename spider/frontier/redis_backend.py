@@ -111,30 +111,10 @@ class RedisFrontier(FrontierBackend):
             self.client.script_load(script.script)
 
     def apply(self, ops: list[tuple[str, tuple]]) -> None:
-        """The operations' scripts in one round trip, in order.  A failed command fails its operation: the ones
-        before it are applied.  If the round trip itself fails, none counts as applied; each operation is safe to
-        apply twice (an owner check or a state check stops the second)."""
+        """The operations' scripts in one round trip, in order: a `step` with nothing to add or lease."""
         if any(name not in self._builders for name, _ in ops):  # no command form: the default, one call each
             return super().apply(ops)
-        commands, ends = [], []
-        for built, (name, args) in enumerate(ops):
-            try:
-                commands += self._builders[name](*args)
-            except Exception as exc:  # arguments it cannot take: what comes before it is applied, then it fails
-                self.apply(ops[:built])
-                raise Unapplied(built) from exc
-            ends.append(len(commands))
-        try:
-            answers = self._send(commands)
-        except Exception as exc:
-            raise Unapplied(0) from exc
-        failed = next((i for i, answer in enumerate(answers) if isinstance(answer, Exception)), None)
-        done = len(ops) if failed is None else sum(1 for end in ends if end <= failed)
-        for name, args in ops[:done]:
-            if name == "ack":
-                self._acked(*args)
-        if failed is not None:
-            raise Unapplied(done) from answers[failed]
+        self.step([], ops, 0, 0.0, 0.0, 0)
 
     # --- admission -----------------------------------------------------------------------------------
     def add(self, urls: list[NewUrl], now: float, max_per_host: int) -> list[str]:
@@ -169,10 +149,12 @@ class RedisFrontier(FrontierBackend):
     def step(self, adds: list[NewUrl], ops: list[tuple[str, tuple]], max_urls: int, now: float, lease_s: float,
              max_per_host: int) -> tuple[list[str], list[Leased]]:
         """The URLs, the operations and the peek at every partition in one round trip, then the lease scripts in
-        a second: a scheduler tick's work in two round trips where separate calls took four.  A pipeline runs
-        every command it holds, so the operations run even where the URLs failed: `done` counts them all the same
-        (each is safe to apply twice anyway, should the round trip itself fail)."""
-        if any(name not in self._builders for name, _ in ops):
+        a second: a scheduler tick's work in two round trips where separate calls took four.  A failed command
+        fails its operation: the ones before it are applied.  A pipeline runs every command it holds, so the
+        operations run even where the URLs failed: `done` counts them all the same.  If the round trip itself
+        fails, none counts as applied; each operation is safe to apply twice (an owner or state check stops the
+        second), except a refund, which gives its host one page of budget more."""
+        if any(name not in self._builders for name, _ in ops):  # no command form: the default, one call each
             return super().step(adds, ops, max_urls, now, lease_s, max_per_host)
         commands, read = self._add(adds, now, max_per_host) if adds else ([], None)
         added = len(commands)

@@ -112,3 +112,18 @@ def test_operations_go_in_one_round_trip_without_asking_for_scripts_and_survive_
     finally:
         admin.close()
         backend.close()
+
+
+def test_an_operation_with_no_command_form_is_applied_by_a_call_of_its_own(redis_server):
+    from tests.spider.frontier.contract import T0, url
+    backend = RedisFrontier(redis_server.url, f"t{next(_namespaces)}", 4, SMALL)
+    backend.clear()
+    try:
+        backend.add([url("http://a.test/1")], T0, 0)
+        (item,) = backend.lease(1, T0, 30)
+        backend.apply([("host_state", ("a.test",)), ("release_host", ("a.test", T0))])
+        assert backend.counts(T0)["busy_hosts"] == 0
+        outcomes, leased = backend.step([url("http://b.test/1")], [("host_state", ("a.test",))], 5, T0, 30, 0)
+        assert outcomes == ["admitted"] and [i.host for i in leased] == ["b.test"]
+    finally:
+        backend.close()
