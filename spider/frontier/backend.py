@@ -189,8 +189,11 @@ class FrontierBackend(ABC):
         Returns how many were acknowledged now."""
 
     @abstractmethod
-    def refund(self, hosts: list[str]) -> None:
-        """One admitted URL per entry no longer counts against its host's budget (robots.txt denied it)."""
+    def deny(self, ids: list[str], refetch_at: float | None, now: float) -> int:
+        """`ack` of URLs that robots.txt denied: done unfetched, and each no longer counts against its host's
+        budget.  One step, so idempotent as `ack` is: a repeated deny finds nothing to acknowledge and refunds
+        nothing (a refund of its own, applied again after a lost answer, gave its host a page more).  Returns how
+        many were acknowledged now."""
 
     # --- the crawl's scope ----------------------------------------------------------------------------
     @abstractmethod

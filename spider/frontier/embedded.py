@@ -330,19 +330,24 @@ class SqliteFrontier(FrontierBackend):
         return renewed
 
     def ack(self, ids: list[str], refetch_at: float | None, now: float, anyone: bool = False) -> int:
+        return self._ack(ids, refetch_at, anyone, refund=False)
+
+    def deny(self, ids: list[str], refetch_at: float | None, now: float) -> int:
+        return self._ack(ids, refetch_at, anyone=False, refund=True)
+
+    def _ack(self, ids: list[str], refetch_at: float | None, anyone: bool, refund: bool) -> int:
         whose = "" if anyone else f"AND {_MINE}"
         rows = [{"id": id_, "at": refetch_at, "owner": self.owner} for id_ in ids]
         with self._transaction() as db:
+            if refund:  # before the ack, in its transaction: only a URL acknowledged now is refunded
+                db.executemany(f"UPDATE hosts SET admitted = max(admitted - 1, 0) WHERE host = (SELECT host FROM urls "
+                               f"WHERE id = :id AND state IN ('leased', 'held') {whose})", rows)
             if refetch_at is None:
                 cur = db.executemany(f"DELETE FROM urls WHERE id = :id AND state IN ('leased', 'held') {whose}", rows)
             else:
                 cur = db.executemany(f"UPDATE urls SET state = 'due', until = :at, owner = NULL WHERE id = :id "
                                      f"AND state IN ('leased', 'held') {whose}", rows)
             return cur.rowcount
-
-    def refund(self, hosts: list[str]) -> None:
-        with self._transaction() as db:
-            db.executemany("UPDATE hosts SET admitted = max(admitted - 1, 0) WHERE host = ?", [(h,) for h in hosts])
 
     # --- politeness and robots.txt ---------------------------------------------------------------------
     def host_state(self, host: str) -> HostState:

@@ -58,13 +58,13 @@ class RedisFrontier(FrontierBackend):
         self.owner = new_owner()
         common = (LUA / "common.lua").read_text()
         self.scripts = {name: self.client.register_script(common + (LUA / f"{name}.lua").read_text())
-                        for name in ("add", "lease", "release", "settle", "robots_put", "repayload", "refund", "peek",
+                        for name in ("add", "lease", "release", "settle", "robots_put", "repayload", "peek",
                                      "counts")}
         self._where: dict[str, int] = {}  # id -> partition, for the ids this worker has seen (else: every partition)
         self._load_scripts()
         # the operations `apply` sends together: each one's commands
         self._builders = {"release_host": self._release, "requeue": self._requeue, "fetched": self._fetched,
-                          "ack": self._ack, "refund": self._refund, "robots_put": self._robots_put,
+                          "ack": self._ack, "deny": self._deny, "robots_put": self._robots_put,
                           "scope_add": self._scope_add}
 
     # --- keys ----------------------------------------------------------------------------------------
@@ -153,7 +153,7 @@ class RedisFrontier(FrontierBackend):
         fails its operation: the ones before it are applied.  A pipeline runs every command it holds, so the
         operations run even where the URLs failed: `done` counts them all the same.  If the round trip itself
         fails, none counts as applied; each operation is safe to apply twice (an owner or state check stops the
-        second), except a refund, which gives its host one page of budget more."""
+        second)."""
         if any(name not in self._builders for name, _ in ops):  # no command form: the default, one call each
             return super().step(adds, ops, max_urls, now, lease_s, max_per_host)
         commands, read = self._add(adds, now, max_per_host) if adds else ([], None)
@@ -176,7 +176,7 @@ class RedisFrontier(FrontierBackend):
         failed = next((i for i in range(added, len(commands)) if isinstance(answers[i], Exception)), None)
         done = len(ops) if failed is None else sum(1 for end in ends if end <= failed)
         for name, args in ops[:done]:
-            if name == "ack":
+            if name in ("ack", "deny"):
                 self._acked(*args)
         if add_failed is not None:  # the URLs go again (a URL admitted already says "seen"), the operations not
             raise Unapplied(done) from add_failed
@@ -271,8 +271,8 @@ class RedisFrontier(FrontierBackend):
             for id_ in ids:
                 self._where.pop(id_, None)
 
-    def _refund(self, hosts: list[str]) -> list[Command]:
-        return [self._script("refund", self.partition(host), [host]) for host in hosts]
+    def _deny(self, ids: list[str], refetch_at: float | None, now: float) -> list[Command]:
+        return self._settle("deny", ids, now, "" if refetch_at is None else repr(refetch_at))
 
     def requeue(self, ids: list[str], now: float, payloads: dict[str, str] | None = None) -> None:
         self._call(self._requeue(ids, now, payloads))
@@ -289,8 +289,10 @@ class RedisFrontier(FrontierBackend):
         self._acked(ids, refetch_at, now, anyone)
         return done
 
-    def refund(self, hosts: list[str]) -> None:
-        self._call(self._refund(hosts))
+    def deny(self, ids: list[str], refetch_at: float | None, now: float) -> int:
+        done = sum(len(changed) for changed in self._call(self._deny(ids, refetch_at, now)))
+        self._acked(ids, refetch_at, now)
+        return done
 
     # --- scope -------------------------------------------------------------------------------------------
     def scope_add(self, hosts: list[str]) -> None:

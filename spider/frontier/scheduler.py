@@ -248,8 +248,7 @@ class FrontierScheduler(BaseScheduler):
         self._forget(item.lease.id)
         # a robots.txt that failed is asked again after its short TTL: the URL comes back with it
         refetch = rules.record.expires if rules.record.status == "disallow_all" else self._refetch_at(item, now)
-        self._op("ack", [item.lease.id], refetch, now)
-        self._op("refund", [item.lease.host])
+        self._op("deny", [item.lease.id], refetch, now)
 
     def _send(self, item: InHand) -> Request:
         item.sent = True

@@ -1,5 +1,6 @@
--- ARGV: P, op, now, until_or_refetch, owner, ids...   op: requeue | fetched | renew | ack.  Only the owner's
--- leases and holds change (an empty owner: anyone's).  Returns the ids that changed.
+-- ARGV: P, op, now, until_or_refetch, owner, ids...   op: requeue | fetched | renew | ack | deny (an ack that also
+-- refunds the URL from its host's budget).  Only the owner's leases and holds change (an empty owner: anyone's).
+-- Returns the ids that changed.
 local op, now, t, owner = ARGV[2], tonumber(ARGV[3]), ARGV[4], ARGV[5]
 local changed = {}
 for i = 6, #ARGV do
@@ -26,6 +27,11 @@ for i = 6, #ARGV do
     if out > 0 then
       changed[#changed + 1] = id
       redis.call('HDEL', P .. 'own', id)
+      local raw = op == 'deny' and redis.call('HGET', P .. 'e', id)
+      if raw then  -- never below zero
+        local key = P .. 'h:' .. cjson.decode(raw).h
+        if tonumber(redis.call('HGET', key, 'admitted') or '0') > 0 then redis.call('HINCRBY', key, 'admitted', -1) end
+      end
       if op == 'requeue' then
         requeue(id, now)
       elseif t ~= '' then

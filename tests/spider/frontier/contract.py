@@ -58,11 +58,23 @@ class FrontierContract:
         assert out == ["admitted", "admitted", "host_budget", "seen"]
         assert fb.host_state("a.test").admitted == 2
         assert fb.add([url("http://a.test/2")], T0, 3) == ["admitted"]  # budget raised: it was never marked seen
-        fb.refund(["a.test"])
-        assert fb.host_state("a.test").admitted == 2
-        fb.refund(["c.test"])  # never below zero
-        assert fb.host_state("c.test").admitted == 0
         assert fb.add([url("http://b.test/0")], T0, 2) == ["admitted"]  # budgets are per host
+
+    def test_a_denied_url_is_done_and_refunded_from_its_hosts_budget_once(self, fb):
+        fb.add([url(f"http://a.test/{i}") for i in range(3)], T0, 0)
+        [first] = fb.lease(1, T0, 60)
+        assert fb.deny([first.id], None, T0) == 1
+        assert fb.host_state("a.test").admitted == 2
+        # applied again (its answer lost on the way back): nothing left to acknowledge, nothing more refunded
+        assert fb.deny([first.id], None, T0) == 0
+        assert fb.apply([("deny", ([first.id], None, T0))]) is None
+        assert fb.host_state("a.test").admitted == 2
+        assert fb.counts(T0)["leased"] == 0
+        assert fb.release_host("a.test", T0) is True
+        [second] = fb.lease(1, T0, 60)
+        assert fb.deny([second.id], T0 + 3600, T0) == 1  # robots.txt may allow it later: it comes back then
+        assert fb.host_state("a.test").admitted == 1
+        assert fb.counts(T0)["due"] == 1
 
     # --- leasing and politeness ---------------------------------------------------------------------
     def test_lease_hands_out_one_url_per_ready_host_and_makes_it_busy(self, fb):
@@ -210,7 +222,7 @@ class FrontierContract:
         fb.apply([("fetched", ([a.id], T0 + 100)), ("release_host", ("a.test", T0 + 5)),
                   ("requeue", ([b.id], T0, {b.id: json.dumps({"url": "http://b.test/1", "retry_times": 1})})),
                   ("release_host", ("b.test", T0)),
-                  ("ack", ([a.id], None, T0 + 1)), ("ack", ([c.id], None, T0 + 1)), ("refund", (["c.test"],)),
+                  ("ack", ([a.id], None, T0 + 1)), ("deny", ([c.id], None, T0 + 1)),
                   ("release_host", ("c.test", T0 + 1)), ("robots_put", ("a.test", robots)),
                   ("scope_add", (["z.test"],))])
         assert fb.robots_get("a.test") == robots and "z.test" in fb.scope()
