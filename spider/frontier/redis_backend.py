@@ -9,6 +9,7 @@ Cluster.  A partition holds, under `<namespace>:{p}:`:
     ready     zset   host by next-allowed time (hosts with URLs queued and no fetch in flight)
     busy      zset   host by its lease's expiry (a fetch in flight)
     lease     zset   id by expiry;  held: id by expiry (fetched, record not yet durable);  due: id by refetch time
+              (these five sorted sets keep times as whole milliseconds: common.lua says why)
     own       hash   id -> owner of its lease or hold (backend.py: only the owner may change them)
     h:<host>  hash   next, delay, errors, blocked, admitted, owner (of the lease it is busy with)
     r:<host>  hash   robots.txt record
@@ -25,6 +26,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 from collections import defaultdict
 from pathlib import Path
 from typing import Iterable
@@ -39,6 +41,7 @@ from spider.frontier.backend import (DigestSeen, FrontierBackend, HostState, Lea
 from spider.frontier.bloom import BloomLayout
 from spider.frontier.canonical import jump_hash
 
+logger = logging.getLogger(__name__)
 LUA = Path(__file__).with_name("lua")
 ROBOTS_STATUSES = ("parsed", "allow_all", "disallow_all")
 Command = tuple  # (script name, key, its arguments) or (None, "", a plain command's words)
@@ -59,9 +62,13 @@ class RedisFrontier(FrontierBackend):
         common = (LUA / "common.lua").read_text()
         self.scripts = {name: self.client.register_script(common + (LUA / f"{name}.lua").read_text())
                         for name in ("add", "lease", "release", "settle", "robots_put", "repayload", "peek",
-                                     "counts")}
+                                     "counts", "to_ms")}
         self._where: dict[str, int] = {}  # id -> partition, for the ids this worker has seen (else: every partition)
         self._load_scripts()
+        rescaled = sum(self._call([self._script("to_ms", p, []) for p in range(self.partitions)]))
+        if rescaled:
+            logger.warning("frontier %s: %d times kept in seconds (written before times were milliseconds) rescaled",
+                        namespace, rescaled)
         # the operations `apply` sends together: each one's commands
         self._builders = {"release_host": self._release, "requeue": self._requeue, "fetched": self._fetched,
                           "ack": self._ack, "deny": self._deny, "robots_put": self._robots_put,

@@ -1,7 +1,7 @@
 -- ARGV: P, now.  One partition's gauges for counts(), in one command:
 -- {queued, expired_leases, robots_parsed, robots_allow_all, robots_disallow_all,
 --  leased, held, ready_hosts, waiting_hosts, busy_hosts, due, seen}.
-local now = ARGV[2]
+local now = ms(tonumber(ARGV[2]))
 local stat = redis.call('HMGET', P .. 'stat', 'queued', 'expired_leases', 'robots_parsed', 'robots_allow_all',
                         'robots_disallow_all')
 local out = {}

@@ -1,7 +1,7 @@
 -- ARGV: P, now, max.  What lease() looks at first, for one partition in one command: the scores (next-allowed
 -- times) of up to `max` hosts ready by `now`, and whether a lease, hold, recrawl or busy host is overdue there
--- (then lease.lua must settle it before it hands anything out).  Scores stay strings: Lua would cut them to integers.
-local now, max = ARGV[2], tonumber(ARGV[3])
+-- (then lease.lua must settle it before it hands anything out).  The scores are milliseconds, as strings.
+local now, max = ms(tonumber(ARGV[2])), tonumber(ARGV[3])
 local ready = redis.call('ZRANGEBYSCORE', P .. 'ready', '-inf', now, 'WITHSCORES', 'LIMIT', 0, max)
 local overdue = 0
 for _, zset in ipairs({'lease', 'held', 'due', 'busy'}) do

@@ -2,6 +2,7 @@
 -- refunds the URL from its host's budget).  Only the owner's leases and holds change (an empty owner: anyone's).
 -- Returns the ids that changed.
 local op, now, t, owner = ARGV[2], tonumber(ARGV[3]), ARGV[4], ARGV[5]
+if t ~= '' then t = ms(tonumber(t)) end  -- the lease, hold or recrawl time
 local changed = {}
 for i = 6, #ARGV do
   local id = ARGV[i]
@@ -35,7 +36,7 @@ for i = 6, #ARGV do
       if op == 'requeue' then
         requeue(id, now)
       elseif t ~= '' then
-        redis.call('ZADD', P .. 'due', tonumber(t), id)
+        redis.call('ZADD', P .. 'due', t, id)
       else
         redis.call('HDEL', P .. 'e', id)
       end

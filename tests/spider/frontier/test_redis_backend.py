@@ -127,3 +127,46 @@ def test_an_operation_with_no_command_form_is_applied_by_a_call_of_its_own(redis
         assert outcomes == ["admitted"] and [i.host for i in leased] == ["b.test"]
     finally:
         backend.close()
+
+
+def test_a_frontier_that_kept_times_in_seconds_is_rescaled_when_opened_and_keeps_its_waits_and_leases(redis_server,
+                                                                                                      caplog):
+    """Times were seconds before they were milliseconds (common.lua): a frontier written then is rescaled once, when
+    a worker opens it, so no host's politeness wait is cut short and no lease expires early or late."""
+    from spider.frontier.redis_backend import connect
+    from tests.spider.frontier.contract import T0, url, urls_of
+    backend = RedisFrontier(redis_server.url, f"t{next(_namespaces)}", 4, SMALL)
+    backend.clear()
+    admin = connect(redis_server.url)
+    try:
+        backend.add([url("http://a.test/1"), url("http://a.test/2"), url("http://b.test/1"), url("http://c.test/1")],
+                    T0, 0)
+        leased = {item.host: item for item in backend.lease(3, T0, 60)}
+        backend.release_host("a.test", T0 + 10)  # a waits 10 s for its second URL
+        backend.fetched([leased["b.test"].id], T0 + 100)  # b is held; a/1 and c stay leased until T0 + 60
+        kept = 0
+        for p in range(backend.partitions):  # what the code before kept: the same times, in seconds
+            for zset in ("ready", "busy", "lease", "held", "due"):
+                key = backend.prefix(p) + zset
+                for member, score in admin.zrange(key, 0, -1, withscores=True):
+                    admin.zadd(key, {member: score / 1000})
+                    kept += 1
+        assert kept == 6  # ready a; busy b and c; leases of a/1 and c/1; held b
+        with caplog.at_level("WARNING", logger="spider.frontier.redis_backend"):
+            opened = RedisFrontier(backend.url, backend.namespace, backend.partitions, backend.bloom)
+        assert "6 times kept in seconds" in caplog.text
+        counts = opened.counts(T0 + 1)
+        assert (counts["ready_hosts"], counts["waiting_hosts"], counts["leased"], counts["held"]) == (0, 1, 2, 1)
+        assert opened.lease(5, T0 + 9.9, 60) == []  # a still waits, c's lease holds
+        assert urls_of(opened.lease(5, T0 + 10, 60)) == ["http://a.test/2"]
+        # the leases expire at T0 + 60: c/1 comes again; a/1 waits while a/2's fetch keeps its host busy
+        assert urls_of(opened.lease(5, T0 + 59.9, 60)) == []
+        assert urls_of(opened.lease(5, T0 + 60.5, 60)) == ["http://c.test/1"]
+        caplog.clear()
+        with caplog.at_level("WARNING", logger="spider.frontier.redis_backend"):
+            RedisFrontier(backend.url, backend.namespace, backend.partitions, backend.bloom).close()
+        assert "rescaled" not in caplog.text  # once only
+        opened.close()
+    finally:
+        admin.close()
+        backend.close()
