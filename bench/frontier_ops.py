@@ -20,7 +20,7 @@ Starts its own `redis-server` on a free loopback port (no persistence; killed at
    (--lease-batch); also with scrapy-redis's dupefilter (SADD per fingerprint, pipelined).  The same workload
    runs on the embedded SqliteFrontier (a temp file).  For Redis, the server's CPU (INFO cpu) and its time in
    Lua scripts (INFO commandstats) per URL against the client's wall time: what is the client and its round
-   trips, what is Redis.
+   trips, what is Redis; and the commands the scripts call that cost most (calls per URL, microseconds a call).
 2. Redis memory per 10 M *seen* URLs at FP 1e-6 (target <= 40 MB): a BloomLayout(10_000_000, 1e-6) in one
    partition, admitted through `add()` until every block of its first stage exists (a Bloom block is
    allocated whole when first touched, so from then on the filter does not grow up to its 10 M capacity):
@@ -197,16 +197,16 @@ def pop_all(client: redis.Redis, count: int) -> int:
 # --- running the variants ------------------------------------------------------------------------------
 def run_single(kind: str, spec: str, args, redis_client: redis.Redis | None) -> dict:
     urls = URLS
-    stats_before = _redis_usec(redis_client)
+    stats_before, called_before = _redis_usec(redis_client), _commands(redis_client)
     if kind == "frontier":
         f = open_frontier(spec)
         f.clear()
         counted = Counted(f)
         add_s = add_all(f, urls, args.batch)
         trips_add, commands_add = counted.trips, counted.commands
-        stats_mid = _redis_usec(redis_client)
+        stats_mid, called_mid = _redis_usec(redis_client), _commands(redis_client)
         seen_s = add_all(f, urls, args.batch, expect="seen")
-        stats_seen = _redis_usec(redis_client)
+        stats_seen, called_seen = _redis_usec(redis_client), _commands(redis_client)
         probe = None
         if redis_client is not None:
             def probe() -> float:
@@ -215,13 +215,17 @@ def run_single(kind: str, spec: str, args, redis_client: redis.Redis | None) -> 
         trips_before, commands_before = counted.trips, counted.commands
         n, lease_s, drain_s = drain(f, args.lease_batch, probe)
         stats_after = _redis_usec(redis_client)
+        if redis_client is not None:
+            costs = {"add": _command_costs(called_before, called_mid, len(urls)),
+                     "cycle": _command_costs(called_seen, _commands(redis_client), len(urls))}
         left = f.counts(time.time())
         f.close()
         if n != len(urls) or left.get("queued") or left.get("leased") or left.get("held"):
             raise SystemExit(f"{spec}: leased {n} of {len(urls)} URLs; left {left}")
         out = {"add_s": add_s, "lease_s": lease_s, "drain_s": drain_s, "seen_s": seen_s,
                "trips_add": trips_add, "commands_add": commands_add, "trips_cycle": counted.trips - trips_before,
-               "commands_cycle": counted.commands - commands_before, "lua_lease_s": probe.total if probe else 0.0}
+               "commands_cycle": counted.commands - commands_before, "lua_lease_s": probe.total if probe else 0.0,
+               "command_costs": costs if redis_client is not None else {}}
     else:
         redis_client.delete(QUEUE, DUPES)
         add_s = push_all(redis_client, urls, args.batch, kind == "dedup")
@@ -286,6 +290,25 @@ def _rates(out: dict, n: int) -> dict:
     return out
 
 
+def _commands(client: redis.Redis | None) -> dict[str, tuple[int, int]]:
+    """Per command the scripts call (SETBIT, ZADD, ...): (calls, microseconds) so far, from INFO commandstats."""
+    if client is None:
+        return {}
+    return {name.removeprefix("cmdstat_").upper(): (v["calls"], v["usec"])
+            for name, v in client.info("commandstats").items()
+            if name not in ("cmdstat_evalsha", "cmdstat_eval", "cmdstat_info", "cmdstat_config|resetstat")}
+
+
+def _command_costs(before: dict, after: dict, n: int, top: int = 5) -> str:
+    """The commands that cost the scripts most between two `_commands` readings: calls per URL, us per call."""
+    spent = {name: (calls - before.get(name, (0, 0))[0], usec - before.get(name, (0, 0))[1])
+             for name, (calls, usec) in after.items()}
+    rows = sorted(((usec, calls, name) for name, (calls, usec) in spent.items() if calls), reverse=True)[:top]
+    total = sum(usec for usec, _, _ in rows)
+    return (", ".join(f"{name} {calls / n:.2f}/URL x {usec / calls:.2f} us" for usec, calls, name in rows)
+            + f" (these {total / n:.1f} us/URL; the rest of the Lua time is the scripts' own code and calls)")
+
+
 def _redis_usec(client: redis.Redis | None) -> tuple[float, float]:
     """(CPU seconds of the redis-server process so far, seconds inside EVALSHA so far): the server's whole cost
     (parsing, replies, sockets included) and its Lua scripts' share."""
@@ -331,6 +354,8 @@ def ops_section(args, port: int, tmp: Path) -> dict:
                  if phase == "add" else "")
               + (f"; {single['trips_cycle'] / n:.2f} round trips/URL, {single['commands_cycle'] / n:.2f} commands/URL "
                  f"({cfg.frontier.partitions} partitions)" if phase == "cycle" else ""))
+    for phase, label in (("add", "add (new)"), ("cycle", "full cycle")):
+        print(f"    the commands its scripts called most, {label}: {single['command_costs'][phase]}")
     print(f"    of the cycle, lease(): {single['lease_s'] / n * 1e6:6.1f} us/URL client wall, Lua "
           f"{single['lua_lease_s'] / n * 1e6:5.1f} us/URL; the rest is fetched() + release_host() per URL, ack() per "
           f"batch")
