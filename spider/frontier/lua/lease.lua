@@ -2,26 +2,26 @@
 -- one URL per ready host, owned by `owner`.  Returns {id, host, payload, expires, delay, errors, blocked, admitted}
 -- per URL.
 local now, max_urls, lease_s, owner = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]), ARGV[5]
-local due_by = ms(now)
+local now_ms = ms(now)
 for _, zset in ipairs({'lease', 'held'}) do
-  local ids = redis.call('ZRANGEBYSCORE', P .. zset, '-inf', due_by, 'LIMIT', 0, 1000)
+  local ids = redis.call('ZRANGEBYSCORE', P .. zset, '-inf', now_ms, 'LIMIT', 0, 1000)
   for _, id in ipairs(ids) do
     redis.call('ZREM', P .. zset, id)
     redis.call('HDEL', P .. 'own', id)
     if requeue(id, now) then redis.call('HINCRBY', P .. 'stat', 'expired_leases', 1) end
   end
 end
-for _, id in ipairs(redis.call('ZRANGEBYSCORE', P .. 'due', '-inf', due_by, 'LIMIT', 0, 1000)) do
+for _, id in ipairs(redis.call('ZRANGEBYSCORE', P .. 'due', '-inf', now_ms, 'LIMIT', 0, 1000)) do
   redis.call('ZREM', P .. 'due', id)
   requeue(id, now)
 end
-for _, host in ipairs(redis.call('ZRANGEBYSCORE', P .. 'busy', '-inf', due_by, 'LIMIT', 0, 1000)) do
+for _, host in ipairs(redis.call('ZRANGEBYSCORE', P .. 'busy', '-inf', now_ms, 'LIMIT', 0, 1000)) do
   redis.call('ZREM', P .. 'busy', host)  -- its worker died holding it
   redis.call('HDEL', P .. 'h:' .. host, 'owner')
   wake(host, now)
 end
 local out = {}
-local hosts = redis.call('ZRANGEBYSCORE', P .. 'ready', '-inf', due_by, 'LIMIT', 0, max_urls)
+local hosts = redis.call('ZRANGEBYSCORE', P .. 'ready', '-inf', now_ms, 'LIMIT', 0, max_urls)
 for _, host in ipairs(hosts) do
   redis.call('ZREM', P .. 'ready', host)
   local popped = redis.call('ZPOPMIN', P .. 'q:' .. host)
