@@ -3,6 +3,8 @@
 -- per URL.
 local now, max_urls, lease_s, owner = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]), ARGV[5]
 local now_ms = ms(now)
+local expires = now + lease_s  -- every lease this call hands out ends then
+local expires_ms, expires_s = ms(expires), tostring(expires)
 for _, zset in ipairs({'lease', 'held'}) do
   local ids = redis.call('ZRANGEBYSCORE', P .. zset, '-inf', now_ms, 'LIMIT', 0, 1000)
   for _, id in ipairs(ids) do
@@ -27,8 +29,6 @@ for _, host in ipairs(hosts) do
   local popped = redis.call('ZPOPMIN', P .. 'q:' .. host)
   if #popped > 0 then
     local id = popped[1]
-    local expires = now + lease_s
-    local expires_ms = ms(expires)
     redis.call('HINCRBY', P .. 'stat', 'queued', -1)
     redis.call('ZADD', P .. 'busy', expires_ms, host)
     redis.call('ZADD', P .. 'lease', expires_ms, id)
@@ -36,7 +36,7 @@ for _, host in ipairs(hosts) do
     redis.call('HSET', P .. 'h:' .. host, 'owner', owner)
     local e = cjson.decode(redis.call('HGET', P .. 'e', id))
     local h = redis.call('HMGET', P .. 'h:' .. host, 'delay', 'errors', 'blocked', 'admitted')
-    out[#out + 1] = {id, host, e.p, tostring(expires), h[1] or '-1', h[2] or '0', h[3] or '0', h[4] or '0'}
+    out[#out + 1] = {id, host, e.p, expires_s, h[1] or '-1', h[2] or '0', h[3] or '0', h[4] or '0'}
   end
 end
 return out
