@@ -9,6 +9,12 @@ local P = ARGV[1]
 -- millisecond later may come with it.
 local function ms(t) return math.floor(t * 1000) end
 
+-- One command over a list of arguments of any length (members, score-member or field-value pairs), in as few calls as
+-- Lua's unpack() allows: it is bounded by the C stack (~8,000 values).
+local function call_many(cmd, key, args)
+  for i = 1, #args, 4000 do redis.call(cmd, key, unpack(args, i, math.min(i + 3999, #args))) end
+end
+
 -- An idle or waiting host with URLs queued is in `ready`, scored by its next-allowed time; a busy one is in `busy`.
 local function wake(host, now)
   if redis.call('ZSCORE', P .. 'busy', host) then return end

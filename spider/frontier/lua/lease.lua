@@ -22,21 +22,30 @@ for _, host in ipairs(redis.call('ZRANGEBYSCORE', P .. 'busy', '-inf', now_ms, '
   redis.call('HDEL', P .. 'h:' .. host, 'owner')
   wake(host, now)
 end
-local out = {}
+-- The writes every URL needs go as one command each for the whole call (see add.lua).
+local out, leased_hosts, leases, owners = {}, {}, {}, {}
 local hosts = redis.call('ZRANGEBYSCORE', P .. 'ready', '-inf', now_ms, 'LIMIT', 0, max_urls)
+if #hosts == 0 then return out end
+call_many('ZREM', P .. 'ready', hosts)
 for _, host in ipairs(hosts) do
-  redis.call('ZREM', P .. 'ready', host)
   local popped = redis.call('ZPOPMIN', P .. 'q:' .. host)
   if #popped > 0 then
     local id = popped[1]
-    redis.call('HINCRBY', P .. 'stat', 'queued', -1)
-    redis.call('ZADD', P .. 'busy', expires_ms, host)
-    redis.call('ZADD', P .. 'lease', expires_ms, id)
-    redis.call('HSET', P .. 'own', id, owner)
-    redis.call('HSET', P .. 'h:' .. host, 'owner', owner)
+    local n = #leases
+    leased_hosts[n + 1], leased_hosts[n + 2] = expires_ms, host
+    leases[n + 1], leases[n + 2] = expires_ms, id
+    owners[n + 1], owners[n + 2] = id, owner
+    local hkey = P .. 'h:' .. host
+    local h = redis.call('HMGET', hkey, 'delay', 'errors', 'blocked', 'admitted')
+    redis.call('HSET', hkey, 'owner', owner)
     local e = cjson.decode(redis.call('HGET', P .. 'e', id))
-    local h = redis.call('HMGET', P .. 'h:' .. host, 'delay', 'errors', 'blocked', 'admitted')
     out[#out + 1] = {id, host, e.p, expires_s, h[1] or '-1', h[2] or '0', h[3] or '0', h[4] or '0'}
   end
+end
+if #out > 0 then
+  redis.call('HINCRBY', P .. 'stat', 'queued', -#out)
+  call_many('ZADD', P .. 'busy', leased_hosts)
+  call_many('ZADD', P .. 'lease', leases)
+  call_many('HSET', P .. 'own', owners)
 end
 return out

@@ -5,9 +5,16 @@ local hkey = P .. 'h:' .. host
 local holder = redis.call('HGET', hkey, 'owner')
 if holder and holder ~= owner and redis.call('ZSCORE', P .. 'busy', host) then return 0 end
 redis.call('HDEL', hkey, 'owner')
-redis.call('HSET', hkey, 'next', next_at)
-if ARGV[6] then redis.call('HSET', hkey, 'delay', ARGV[6], 'errors', ARGV[7], 'blocked', ARGV[8]) end
+if ARGV[6] then
+  redis.call('HSET', hkey, 'next', next_at, 'delay', ARGV[6], 'errors', ARGV[7], 'blocked', ARGV[8])
+else
+  redis.call('HSET', hkey, 'next', next_at)
+end
 redis.call('ZREM', P .. 'busy', host)
-redis.call('ZREM', P .. 'ready', host)
-wake(host, now)
+-- wake() without its lookups: the host is no longer busy, and its next-allowed time is next_at
+if redis.call('ZCARD', P .. 'q:' .. host) > 0 then
+  redis.call('ZADD', P .. 'ready', ms(math.max(now, next_at)), host)
+else
+  redis.call('ZREM', P .. 'ready', host)
+end
 return 1

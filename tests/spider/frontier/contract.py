@@ -97,15 +97,17 @@ class FrontierContract:
     def test_priority_then_first_in_first_out_within_a_host(self, fb):
         fb.add([url("http://a.test/deep", -3), url("http://a.test/x1", -1), url("http://a.test/seed", 5),
                 url("http://a.test/x2", -1)], T0, 0)
+        fb.add([url("http://a.test/x3", -1)], T0, 0)  # a later call: after the equals of the first
         order = []
         now = T0
-        for _ in range(4):
+        for _ in range(5):
             (item,) = fb.lease(1, now, 60)
             order += urls_of([item])
             fb.ack([item.id], None, now)
             fb.release_host(item.host, now)
             now += 1
-        assert order == ["http://a.test/seed", "http://a.test/x1", "http://a.test/x2", "http://a.test/deep"]
+        assert order == ["http://a.test/seed", "http://a.test/x1", "http://a.test/x2", "http://a.test/x3",
+                         "http://a.test/deep"]
         assert fb.pending(now) == 0
 
     def test_hosts_that_waited_longest_come_first(self, fb):
