@@ -21,6 +21,8 @@ Starts its own `redis-server` on a free loopback port (no persistence; killed at
    runs on the embedded SqliteFrontier (a temp file).  For Redis, the server's CPU (INFO cpu) and its time in
    Lua scripts (INFO commandstats) per URL against the client's wall time: what is the client and its round
    trips, what is Redis; and the commands the scripts call that cost most (calls per URL, microseconds a call).
+   Then the payload-digest index (WARC revisit records): microseconds per record, one a call and in the WARC
+   writer thread's batches.
 2. Redis memory per 10 M *seen* URLs at FP 1e-6 (target <= 40 MB): a BloomLayout(10_000_000, 1e-6) in one
    partition, admitted through `add()` until every block of its first stage exists (a Bloom block is
    allocated whole when first touched, so from then on the filter does not grow up to its 10 M capacity):
@@ -48,9 +50,10 @@ sys.path.insert(0, str(ROOT))
 import redis  # noqa: E402
 
 from spider.config import load_crawl_config  # noqa: E402
-from spider.frontier.backend import NewUrl  # noqa: E402
+from spider.frontier.backend import DigestSeen, NewUrl  # noqa: E402
 from spider.frontier.bloom import BloomLayout, fingerprint, url_hashes  # noqa: E402
 from spider.frontier import open_backend  # noqa: E402
+from spider.warc_thread import BATCH  # noqa: E402
 from tests.support.redisserver import RedisServer  # noqa: E402  (the tests' redis-server runner)
 
 TARGET_OPS = 20_000        # enqueue+next per second on one Redis
@@ -362,7 +365,31 @@ def ops_section(args, port: int, tmp: Path) -> dict:
     base = rows["baseline: LPUSH/RPOP (scrapy-redis FIFO) x1"]
     print(f"    baseline LPUSH/RPOP: redis-server busy {(base['redis_add_s'] + base['redis_cycle_s']) / n * 1e6:.1f} "
           f"us/URL for push + pop")
+    digest_lookups([("RedisFrontier", redis_url + "#benchdigests"), ("SqliteFrontier", f"sqlite:///{tmp / 'dg.db'}")],
+                   args.urls // 2)
     return rows
+
+
+def digest_lookups(specs: list[tuple[str, str]], n: int) -> None:
+    """The payload-digest index (WARC revisits): `digest_firsts` one record a call, then in the WARC writer thread's
+    batches (spider/warc_thread.py: what is queued, up to BATCH), n new digests each."""
+    print(f"\n  payload-digest index, {n:,} new digests each way: one a call, then {BATCH} a call (the WARC "
+          f"writer's batch)")
+    for name, spec in specs:
+        f = open_frontier(spec)
+        items = [(f"sha1:{tag}{i}", DigestSeen(f"http://d.test/{i}", "2026-01-01T00:00:00Z", f"<urn:uuid:{tag}{i}>"))
+                 for tag in "ab" for i in range(n)]
+        started = time.perf_counter()
+        for item in items[:n]:
+            f.digest_firsts([item])
+        one = (time.perf_counter() - started) / n
+        started = time.perf_counter()
+        for i in range(n, 2 * n, BATCH):
+            f.digest_firsts(items[i:i + BATCH])
+        batched = (time.perf_counter() - started) / n
+        f.close()
+        print(f"    {name:15s} one a call {one * 1e6:6.1f} us/record, batched {batched * 1e6:6.1f} us/record: "
+              f"{one / batched:.1f}x")
 
 
 def _print_row(name: str, r: dict) -> None:

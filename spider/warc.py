@@ -157,8 +157,9 @@ class Fetch:
 class DigestIndex(Protocol):
     """Where the first capture of each payload digest is kept (the frontier's, shared by every worker)."""
 
-    def first(self, digest: str, seen: DigestSeen) -> DigestSeen | None:
-        """Atomic test-and-set: None when `digest` is new (`seen` is stored now), else the stored capture."""
+    def firsts(self, items: list[tuple[str, DigestSeen]]) -> list[DigestSeen | None]:
+        """Atomic test-and-set of each (digest, seen), in order: None where the digest is new (`seen` is stored
+        now), else the stored capture.  One call for a batch of fetches: one round trip to a shared index."""
 
 
 class LocalDigestIndex:
@@ -168,10 +169,10 @@ class LocalDigestIndex:
         self._first: dict[str, DigestSeen] = {}
         self._lock = threading.Lock()
 
-    def first(self, digest: str, seen: DigestSeen) -> DigestSeen | None:
+    def firsts(self, items: list[tuple[str, DigestSeen]]) -> list[DigestSeen | None]:
         with self._lock:
-            stored = self._first.setdefault(digest, seen)
-        return None if stored is seen else stored
+            stored = [self._first.setdefault(digest, seen) for digest, seen in items]
+        return [None if first is seen else first for first, (_, seen) in zip(stored, items)]
 
 
 @dataclass(frozen=True)
@@ -181,6 +182,15 @@ class ClosedWarc:
     bytes: int
     urls: tuple[str, ...]        # WARC-Target-URI of each response and revisit record (each is one fetch)
     record_ids: tuple[str, ...]  # WARC-Record-ID of each of those records, aligned with `urls`
+
+
+@dataclass(frozen=True)
+class Capture:
+    """What a fetch's records need before they are built: the response record's id, the payload digest, and the
+    capture of that payload stored first, if any (then the fetch is written as a revisit)."""
+    record_id: str
+    digest: str
+    first: DigestSeen | None
 
 
 @dataclass(frozen=True)
@@ -240,11 +250,33 @@ class RotatingWarcWriter:
         return self.write(Fetch(url, request, request_body, response, response_body,
                                 ip_address=ip_address, truncated=truncated)).record_id
 
-    def write(self, fetch: Fetch, digests: DigestIndex | None = None) -> Written:
-        """Write a fetch's records; with `digests`, a payload stored before becomes a revisit record."""
-        record_id = fetch.record_id or StatusAndHeadersParser.make_warc_id()
-        digest = payload_digest(fetch.response_body)
-        first = self._first_capture(fetch, digest, record_id, digests) if digests is not None else None
+    def captures(self, fetches: list[Fetch], digests: DigestIndex | None = None) -> list[Capture]:
+        """Each fetch's Capture; with `digests`, the first captures of all their payloads in one call of the index.
+        A failed call costs disk space, never a record: those fetches are stored in full (counted, logged)."""
+        record_ids = [fetch.record_id or StatusAndHeadersParser.make_warc_id() for fetch in fetches]
+        found = [payload_digest(fetch.response_body) for fetch in fetches]
+        firsts: list[DigestSeen | None] = [None] * len(fetches)
+        asked = [i for i, fetch in enumerate(fetches) if fetch.revisitable()] if digests is not None else []
+        if asked:
+            try:
+                answers = digests.firsts([(found[i], DigestSeen(fetches[i].url, fetches[i].date, record_ids[i]))
+                                          for i in asked])
+                for i, first in zip(asked, answers):
+                    firsts[i] = first
+            except Exception as exc:  # noqa: BLE001  (a lost lookup costs disk space, never a record)
+                before = self.counters.digest_index_errors
+                self.counters.digest_index_errors += len(asked)
+                if before == 0 or before // 1000 < self.counters.digest_index_errors // 1000:
+                    logger.warning("payload digest index failed (%s: %s); such fetches are stored in full, not as "
+                                   "revisits (%d so far); check the frontier's store", type(exc).__name__, exc,
+                                   self.counters.digest_index_errors)
+        return [Capture(*capture) for capture in zip(record_ids, found, firsts)]
+
+    def write(self, fetch: Fetch, digests: DigestIndex | None = None, capture: Capture | None = None) -> Written:
+        """Write a fetch's records; with `digests`, a payload stored before becomes a revisit record.  `capture`:
+        the fetch's Capture when the caller looked it up already (`captures()`, for a batch of fetches)."""
+        capture = capture or self.captures([fetch], digests)[0]
+        record_id, digest, first = capture.record_id, capture.digest, capture.first
         main = self._revisit(fetch, digest, record_id, first) if first else self._response(fetch, digest, record_id)
         records = [main]
         if fetch.metadata is not None:
@@ -299,19 +331,6 @@ class RotatingWarcWriter:
             self.close()
             return True
         return False
-
-    def _first_capture(self, fetch: Fetch, digest: str, record_id: str, digests: DigestIndex) -> DigestSeen | None:
-        if not fetch.revisitable():
-            return None
-        try:
-            return digests.first(digest, DigestSeen(fetch.url, fetch.date, record_id))
-        except Exception as exc:  # noqa: BLE001  (a lost lookup costs disk space, never a record)
-            self.counters.digest_index_errors += 1
-            if self.counters.digest_index_errors in (1, 10, 100) or self.counters.digest_index_errors % 1000 == 0:
-                logger.warning("payload digest index failed (%s: %s); such fetches are stored in full, not as "
-                               "revisits (%d so far); check the frontier's store", type(exc).__name__, exc,
-                               self.counters.digest_index_errors)
-            return None
 
     def _response(self, fetch: Fetch, digest: str, record_id: str):
         headers = {"WARC-Record-ID": record_id, "WARC-Date": fetch.date, "WARC-Payload-Digest": digest}

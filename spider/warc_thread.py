@@ -4,6 +4,8 @@ The reactor hands each fetch over through a bounded `queue.Queue` (crawl.warc.qu
 When the queue is full the fetch is not dropped and the reactor is not blocked: `submit()` returns a
 Deferred that fires once the fetch is in the queue, and the middleware awaits it, so that response holds
 its place in Scrapy's CONCURRENT_REQUESTS until the disk catches up (back-pressure, in arrival order).
+The thread takes what is queued (up to BATCH fetches) at once and asks the payload-digest index about all of it in
+one call: one round trip to a shared frontier per batch, not per record (bench/frontier_ops.py measures both).
 
 Everything the thread reports (`on_written`, `on_error`, and the writer's own `on_closed`) is called on
 the writer thread; the caller marshals to its reactor (reactor.callFromThread) before it touches Scrapy.
@@ -20,13 +22,14 @@ from typing import Callable
 
 from twisted.internet.defer import Deferred
 
-from spider.warc import DigestIndex, Fetch, RotatingWarcWriter, Written
+from spider.warc import Capture, DigestIndex, Fetch, RotatingWarcWriter, Written
 
 logger = logging.getLogger(__name__)
 
 _TICK = "rotate the file if it is old"   # commands on the queue, beside the fetches
 _FLUSH = "close the file if it holds a fetch"
 _STOP = "close the file and end"
+BATCH = 64  # fetches taken from the queue at once when it holds that many: their digests go to the index in one call
 
 
 class WriterStopped(RuntimeError):
@@ -117,23 +120,41 @@ class WarcWriterThread:
 
     # --- the writer thread -----------------------------------------------------------------------------
     def _run(self) -> None:
-        while True:
-            item = self._queue.get()
-            if self._waiting:  # a slot is free now; a wake-up missed here is made good by _put itself
+        stopped = False
+        while not stopped:
+            items = [self._queue.get()]  # and whatever else is queued, up to BATCH: one digest lookup for them all
+            while len(items) < BATCH and items[-1] is not _STOP:
+                try:
+                    items.append(self._queue.get_nowait())
+                except queue.Empty:
+                    break
+            if self._waiting:  # slots are free now; a wake-up missed here is made good by _put itself
                 self.call_soon(self._move_waiting)
-            if item is _STOP:
-                break
-            self._do(item)
+            if items[-1] is _STOP:
+                items.pop()
+                stopped = True
+            self._do_all(items)
         try:
             self.writer.close()
         except Exception as exc:  # noqa: BLE001  (reported to the crawl, which stops with it)
             self.on_error(None, exc)
 
-    def _do(self, item) -> None:
+    def _do_all(self, items: list) -> None:
+        fetches = [item for item in items if isinstance(item, Fetch)]
+        try:
+            captures = iter(self.writer.captures(fetches, self.digests()) if fetches else ())
+        except Exception as exc:  # noqa: BLE001  (each write looks its fetch up again and reports its own error)
+            logger.warning("looking up %d fetches' payload digests failed (%s: %s); each is looked up alone",
+                           len(fetches), type(exc).__name__, exc)
+            captures = iter([None] * len(fetches))
+        for item in items:
+            self._do(item, next(captures) if isinstance(item, Fetch) else None)
+
+    def _do(self, item, capture: Capture | None = None) -> None:
         fetch = item if isinstance(item, Fetch) else None
         try:
             if fetch is not None:
-                written = self.writer.write(fetch, self.digests())
+                written = self.writer.write(fetch, self.digests(), capture)
                 self.on_written(fetch, written)
             elif item is _FLUSH:
                 self.writer.flush()

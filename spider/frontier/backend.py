@@ -220,9 +220,9 @@ class FrontierBackend(ABC):
 
     # --- WARC revisit records --------------------------------------------------------------------------
     @abstractmethod
-    def digest_first(self, digest: str, first: DigestSeen) -> DigestSeen | None:
-        """Atomic test-and-set on payload digests: None when `digest` is new (and `first` is now stored),
-        else the capture stored first."""
+    def digest_firsts(self, items: list[tuple[str, DigestSeen]]) -> list[DigestSeen | None]:
+        """Atomic test-and-set on payload digests, for each (digest, first) in order: None where the digest is new
+        (and `first` is now stored), else the capture stored first.  One round trip for all of them."""
 
     # --- observing -------------------------------------------------------------------------------------
     @abstractmethod

@@ -377,13 +377,16 @@ class SqliteFrontier(FrontierBackend):
             return {h for h, in self._db.execute("SELECT host FROM scope")}
 
     # --- WARC revisit records --------------------------------------------------------------------------
-    def digest_first(self, digest: str, first: DigestSeen) -> DigestSeen | None:
+    def digest_firsts(self, items: list[tuple[str, DigestSeen]]) -> list[DigestSeen | None]:
+        out: list[DigestSeen | None] = []
         with self._transaction() as db:
-            row = db.execute("SELECT url, date, record_id FROM digests WHERE digest = ?", (digest,)).fetchone()
-            if row:
-                return DigestSeen(*row)
-            db.execute("INSERT INTO digests VALUES (?, ?, ?, ?)", (digest, first.url, first.date, first.record_id))
-            return None
+            for digest, first in items:
+                row = db.execute("SELECT url, date, record_id FROM digests WHERE digest = ?", (digest,)).fetchone()
+                if not row:
+                    db.execute("INSERT INTO digests VALUES (?, ?, ?, ?)",
+                               (digest, first.url, first.date, first.record_id))
+                out.append(DigestSeen(*row) if row else None)
+        return out
 
     # --- observing -------------------------------------------------------------------------------------
     def pending(self, now: float) -> int:

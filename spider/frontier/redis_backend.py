@@ -339,12 +339,14 @@ class RedisFrontier(FrontierBackend):
                                                                   repr(record.fetched_at), repr(record.expires),
                                                                   record.detail])]
 
-    def digest_first(self, digest: str, first: DigestSeen) -> DigestSeen | None:
-        key = self.prefix(self.partition("digest:" + digest)) + "dg"
-        value = json.dumps([first.url, first.date, first.record_id])
-        if self.client.hsetnx(key, digest, value):
-            return None
-        return DigestSeen(*json.loads(self.client.hget(key, digest)))
+    def digest_firsts(self, items: list[tuple[str, DigestSeen]]) -> list[DigestSeen | None]:
+        pipe = self.client.pipeline(transaction=False)  # each HSETNX, then the HGET of what it left: one round trip
+        for digest, first in items:
+            key = self.prefix(self.partition("digest:" + digest)) + "dg"
+            pipe.hsetnx(key, digest, json.dumps([first.url, first.date, first.record_id]))
+            pipe.hget(key, digest)
+        answers = pipe.execute()
+        return [None if new else DigestSeen(*json.loads(stored)) for new, stored in zip(answers[::2], answers[1::2])]
 
     # --- observing -----------------------------------------------------------------------------------
     def pending(self, now: float) -> int:

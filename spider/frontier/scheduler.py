@@ -629,5 +629,5 @@ class _DigestIndex:
     def __init__(self, backend: FrontierBackend):
         self.backend = backend
 
-    def first(self, digest, seen):
-        return self.backend.digest_first(digest, seen)
+    def firsts(self, items):
+        return self.backend.digest_firsts(items)

@@ -236,7 +236,7 @@ def test_empty_non_2xx_and_truncated_payloads_are_always_stored_in_full(tmp_path
 
 def test_a_failing_digest_index_costs_space_not_records(tmp_path):
     class Down:
-        def first(self, digest, seen):
+        def firsts(self, items):
             raise ConnectionError("frontier store unreachable")
 
     writer = RotatingWarcWriter(tmp_path, "t", 10**9, {})
@@ -251,7 +251,7 @@ def test_local_digest_index_is_an_atomic_test_and_set():
     index = LocalDigestIndex()
     seen = [DigestSeen(f"http://a.weblm.test/{i}", "2025-01-01T00:00:00Z", f"<urn:uuid:{i}>") for i in range(50)]
     with ThreadPoolExecutor(8) as pool:
-        answers = list(pool.map(lambda s: index.first("sha1:SAME", s), seen))
+        answers = list(pool.map(lambda s: index.firsts([("sha1:SAME", s)])[0], seen))
     firsts = [s for s, answer in zip(seen, answers) if answer is None]
     assert len(firsts) == 1 and all(answer == firsts[0] for answer in answers if answer is not None)
 

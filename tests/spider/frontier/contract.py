@@ -314,10 +314,15 @@ class FrontierContract:
         fb.clear()
         assert fb.scope() == set()
 
-    def test_payload_digests_are_test_and_set(self, fb):
+    def test_payload_digests_are_test_and_set_in_order_within_a_batch(self, fb):
         first = DigestSeen("http://a.test/1", "2026-01-01T00:00:00Z", "<urn:uuid:1>")
-        assert fb.digest_first("sha1:ABC", first) is None
-        assert fb.digest_first("sha1:ABC", DigestSeen("http://b.test/", "2026-01-02T00:00:00Z", "<urn:uuid:2>")) == first
+        assert fb.digest_firsts([("sha1:ABC", first)]) == [None]
+        later = DigestSeen("http://b.test/", "2026-01-02T00:00:00Z", "<urn:uuid:2>")
+        other = DigestSeen("http://c.test/", "2026-01-02T00:00:00Z", "<urn:uuid:3>")
+        again = DigestSeen("http://d.test/", "2026-01-03T00:00:00Z", "<urn:uuid:4>")
+        # one batch: a digest stored before, a new one, and that new one again (its first capture is the batch's own)
+        assert fb.digest_firsts([("sha1:ABC", later), ("sha1:NEW", other), ("sha1:NEW", again)]) == [first, None, other]
+        assert fb.digest_firsts([]) == []
 
     # --- durability, concurrency, the Bloom filter ------------------------------------------------
     def test_a_reopened_frontier_resumes_where_it_stopped(self, fb):

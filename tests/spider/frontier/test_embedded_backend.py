@@ -110,7 +110,7 @@ def test_one_instance_serves_the_scheduler_and_the_warc_writer_threads_at_once(t
         try:
             for i in range(300):
                 first = DigestSeen(f"http://a.test/{i}", "2026-01-01T00:00:00Z", f"<urn:uuid:{i}>")
-                assert fb.digest_first(f"sha1:{i}", first) is None
+                assert fb.digest_firsts([(f"sha1:{i}", first)]) == [None]
         except BaseException as e:  # noqa: BLE001 - reported by the main thread
             errors.append(e)
 
