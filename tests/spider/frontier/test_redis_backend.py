@@ -170,3 +170,24 @@ def test_a_frontier_that_kept_times_in_seconds_is_rescaled_when_opened_and_keeps
     finally:
         admin.close()
         backend.close()
+
+
+def test_a_lease_takes_the_hosts_that_waited_longest_even_when_one_partition_holds_them_all(redis_server):
+    """Each partition is peeked for about twice its share of the lease, and asked again for all of it where every
+    host it showed was picked: the pick across partitions stays exact when the longest waiters sit in one."""
+    from tests.spider.frontier.contract import T0, url
+    backend = RedisFrontier(redis_server.url, f"t{next(_namespaces)}", 4, SMALL)
+    backend.clear()
+    hosts = [f"h{i}.test" for i in range(200)]
+    crowded = [h for h in hosts if backend.partition(h) == 0][:10]
+    others = [h for h in hosts if backend.partition(h) != 0][:20]
+    assert len(crowded) == 10 and backend._peek_depth(8) < 8
+    chosen = crowded + others
+    assert backend.add([url(f"http://{h}/{n}") for h in chosen for n in (1, 2)], T0, 0).count("admitted") == 60
+    assert len(backend.lease(len(chosen), T0, 60)) == len(chosen)
+    waited = {h: T0 + 1 + i for i, h in enumerate(crowded)} | {h: T0 + 20 + i for i, h in enumerate(others)}
+    for host, next_at in waited.items():
+        assert backend.release_host(host, next_at)
+    leased = backend.lease(8, T0 + 100, 60)
+    assert [item.host for item in sorted(leased, key=lambda item: waited[item.host])] == crowded[:8]
+    backend.close()
