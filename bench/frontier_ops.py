@@ -51,7 +51,7 @@ import redis  # noqa: E402
 
 from spider.config import load_crawl_config  # noqa: E402
 from spider.frontier.backend import DigestSeen, NewUrl  # noqa: E402
-from spider.frontier.bloom import BloomLayout, fingerprint, url_hashes  # noqa: E402
+from spider.frontier.bloom import BloomLayout, line_fp_rate, fingerprint, url_hashes  # noqa: E402
 from spider.frontier import open_backend  # noqa: E402
 from spider.warc_thread import BATCH  # noqa: E402
 from tests.support.redisserver import RedisServer  # noqa: E402  (the tests' redis-server runner)
@@ -415,7 +415,8 @@ def memory_section(args, port: int) -> dict:
     layout = BloomLayout(TEN_M, 1e-6)
     stage = layout.stages[0]
     print(f"\n== 2. Redis memory per 10 M seen URLs at FP 1e-6: BloomLayout(10_000_000, 1e-6), 1 partition: stage 0 "
-          f"{stage.blocks} blocks of {layout.block_bytes} B, k={stage.k}, fp {stage.fp_rate:.1e} "
+          f"{stage.blocks} blocks of {layout.block_bytes} B in {stage.lines} lines each, k={stage.k}, "
+          f"fp {stage.fp_rate:.1e} "
           f"({stage.bytes / 1e6:.2f} MB of bits)", flush=True)
     f = RedisFrontier(f"redis://127.0.0.1:{port}/0", "benchmem", 1, layout)
     prefix = f.prefix(0)
@@ -457,9 +458,9 @@ def memory_section(args, port: int) -> dict:
         rate = sim["hits"] / sim["tests"]
         low, high = _poisson_95(sim["hits"])
         print(f"  layout filled to {args.sim_urls:,} URLs (numpy replica of stage 0's blocked layout, its "
-              f"{sim['hashing']} double hashing checked against Stage.positions, random hashes): {sim['fill']:.4f} of "
-              f"bits set; FP from the blocks' fill alone "
-              f"{sim['fp_fill']:.2e} (textbook {_fp_theory(stage, args.sim_urls):.2e}), sampled {sim['hits']} of "
+              f"{sim['hashing']} hashing checked against Stage.positions, random hashes): {sim['fill']:.4f} of "
+              f"bits set; FP from the lines' fill alone "
+              f"{sim['fp_fill']:.2e} (model {_fp_theory(stage, args.sim_urls):.2e}), sampled {sim['hits']} of "
               f"{sim['tests']:,} fresh = {rate:.2e} (95 %: {low / sim['tests']:.1e}..{high / sim['tests']:.1e}); "
               f"against stage 0's share {stage.fp_rate:.0e}: {_verdict(low, high, sim['tests'], stage.fp_rate)}, against "
               f"the whole filter's bound {layout.fp_rate:.0e}: {_verdict(low, high, sim['tests'], layout.fp_rate)}")
@@ -540,50 +541,57 @@ def _poisson_95(k: int) -> tuple[float, float]:
 
 
 def _fp_theory(stage, n: int) -> float:
-    import math
-    return (1 - math.exp(-stage.k * n / (stage.blocks * stage.block_bits))) ** stage.k
+    """The layout's model: each line's load Poisson, the textbook rate at each load (spider/frontier/bloom.py)."""
+    return line_fp_rate(stage.blocks * stage.block_bits / n, stage.line_bits, stage.k)
 
 
 def simulate(stage, n: int, tests: int) -> dict | None:
-    """Stage 0's blocked layout filled with n random hash triples in numpy, its FP from the fill of each block and by
-    sampling fresh triples.  The numpy replica of Stage.positions is checked against it first (plain or enhanced
-    double hashing); a layout it does not replicate is skipped."""
+    """Stage 0's blocked layout filled with n random hashes in numpy, its FP from the fill of each line and by
+    sampling fresh hashes.  The numpy replica of Stage.positions is checked against it first (plain or enhanced
+    double hashing, or enhanced triple hashing); a layout it does not replicate is skipped."""
     try:
         import numpy as np
     except ImportError:
         print("  (numpy absent: the 10 M fill is skipped)")
         return None
-    m, ks = stage.block_bits, np.arange(stage.k, dtype=np.int64)
+    m, ks = stage.line_bits, np.arange(stage.k, dtype=np.int64)
 
     def plain(h):  # block a % blocks, bits (b + i * (c | 1)) % m
         return (h[:, 1, None] + ks[None, :] * (h[:, 2, None] | 1)) % m
 
-    def enhanced(h):  # x = b, y = c; each bit: x, then x += y, y += i + 1 (mod m)
+    def enhanced(h):  # x = b, y = c; each bit: x, then x += y, y += i + 1 (mod m): the layout before lines
         x, y, cols = h[:, 1] % m, h[:, 2] % m, []
         for i in range(stage.k):
             cols.append(x)
             x, y = (x + y) % m, (y + i + 1) % m
         return np.stack(cols, axis=1)
 
+    def triple(h):  # in line d % lines: x = b, y = c, z = d // lines; each bit: x, then x += y, y += z, z += i + 1
+        x, y, z, cols = h[:, 1] % m, h[:, 2] % m, h[:, 3] // stage.lines % m, []
+        for i in range(stage.k):
+            cols.append(x)
+            x, y, z = (x + y) % m, (y + z) % m, (z + i + 1) % m
+        return (h[:, 3] % stage.lines * m)[:, None] + np.stack(cols, axis=1)
+
     rng = np.random.default_rng(20240601)
-    probe = rng.integers(0, 1 << 26, size=(200, 3), dtype=np.int64)
+    probe = rng.integers(0, 1 << 26, size=(200, 4), dtype=np.int64)
     want = [stage.positions(tuple(int(v) for v in row)) for row in probe]
-    offsets = next((f for f in (plain, enhanced) if all(
+    offsets = next((f for f in (plain, enhanced, triple) if all(
         block == int(row[0]) % stage.blocks and bits == [int(v) for v in got]
         for (block, bits), row, got in zip(want, probe, f(probe)))), None)
     if offsets is None:
-        print("  (Stage.positions is neither plain nor enhanced double hashing: the 10 M fill is skipped)")
+        print("  (Stage.positions is not one of the replicas: the 10 M fill is skipped)")
         return None
 
     def positions(count: int):
-        h = rng.integers(0, 1 << 26, size=(count, 3), dtype=np.int64)
-        return ((h[:, 0] % stage.blocks)[:, None] * m + offsets(h)).ravel()
+        h = rng.integers(0, 1 << 26, size=(count, 4), dtype=np.int64)
+        return ((h[:, 0] % stage.blocks)[:, None] * stage.block_bits + offsets(h)).ravel()
 
-    bits = np.zeros(stage.blocks * m, dtype=bool)
+    bits = np.zeros(stage.blocks * stage.block_bits, dtype=bool)
     chunk = 1 << 19
     for start in range(0, n, chunk):
         bits[positions(min(chunk, n - start))] = True
-    fill = bits.reshape(stage.blocks, m).mean(axis=1)
+    fill = bits.reshape(stage.blocks * stage.lines, m).mean(axis=1)
     hits = 0
     for start in range(0, tests, chunk):
         count = min(chunk, tests - start)

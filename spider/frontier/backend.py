@@ -44,7 +44,7 @@ class NewUrl:
     url: str           # the URL to fetch
     priority: int      # higher first within a host (breadth-first: minus the depth)
     payload: str       # what the scheduler needs to rebuild the request (JSON), opaque to the backend
-    bloom: tuple[int, int, int]  # three 26-bit hashes of the canonical URL (spider/frontier/bloom.py)
+    bloom: tuple[int, int, int, int]  # four 26-bit hashes of the canonical URL (spider/frontier/bloom.py)
     in_scope: bool = True  # False: the worker does not know the host; the backend checks the crawl's scope
 
 

@@ -12,6 +12,7 @@ The Bloom filter is stored a block per row, created when a bit is first set, so 
 """
 from __future__ import annotations
 
+import logging
 import sqlite3
 import threading
 from contextlib import contextmanager
@@ -20,6 +21,7 @@ from pathlib import Path
 from spider.frontier.backend import DigestSeen, FrontierBackend, HostState, Leased, NewUrl, RobotsRecord, new_owner
 from spider.frontier.bloom import BloomLayout
 
+logger = logging.getLogger(__name__)
 BUSY_TIMEOUT_S = 30.0  # a writer waits this long for another process's transaction before failing
 
 _SCHEMA = """
@@ -93,10 +95,6 @@ ON CONFLICT (host) DO UPDATE SET
 """
 
 
-def _layout_key(bloom: BloomLayout) -> str:
-    return bloom.key
-
-
 class _Blocks:
     """The Bloom blocks one transaction touches, as open blob handles: bits are read and set in place, so a
     64 KiB block is never copied or rewritten whole.  Bit p of a block is byte p // 8, mask 0x80 >> p % 8
@@ -159,7 +157,11 @@ class SqliteFrontier(FrontierBackend):
         self._add_owner_columns()
         self.owner = new_owner()
         with self._transaction() as db:
-            db.execute("INSERT OR IGNORE INTO meta VALUES ('bloom_layout', ?)", (_layout_key(bloom),))
+            db.execute("INSERT OR IGNORE INTO meta VALUES ('bloom_layout', ?)", (bloom.key,))
+            stored = self._meta(db, "bloom_layout")
+        self.configured, self.bloom = bloom, bloom.kept(stored)  # clear() starts over with the configured one
+        if self.bloom is not bloom:
+            logger.warning("frontier %s keeps the Bloom layout it was built with (%s)", path, stored)
 
     atomic_batches = True
 
@@ -206,9 +208,9 @@ class SqliteFrontier(FrontierBackend):
         out: list[str] = []
         with self._transaction() as db:
             stored = self._meta(db, "bloom_layout")
-            if stored != _layout_key(self.bloom):
+            if stored != self.bloom.key:
                 raise ValueError(f"the frontier at {self.path} was built with the Bloom layout {stored}, not "
-                                 f"{_layout_key(self.bloom)}: its URLs would look new again; restore "
+                                 f"{self.bloom.key}: its URLs would look new again; restore "
                                  f"frontier.bloom_capacity/bloom_fp_rate or start over with --fresh-frontier")
             total = self._meta(db, "admitted")
             admitted_of: dict[str, int] = {}  # hosts of this batch -> URLs admitted so far
@@ -421,4 +423,5 @@ class SqliteFrontier(FrontierBackend):
                 db.execute(f"DELETE FROM {table}")
             db.execute("UPDATE url_counts SET n = 0")
             db.execute("UPDATE meta SET value = 0 WHERE key IN ('admitted', 'expired_leases')")
-            db.execute("UPDATE meta SET value = ? WHERE key = 'bloom_layout'", (_layout_key(self.bloom),))
+            self.bloom = self.configured
+            db.execute("UPDATE meta SET value = ? WHERE key = 'bloom_layout'", (self.bloom.key,))

@@ -69,6 +69,12 @@ class RedisFrontier(FrontierBackend):
         if rescaled:
             logger.warning("frontier %s: %d times kept in seconds (written before times were milliseconds) rescaled",
                         namespace, rescaled)
+        suffix = f" partitions={partitions}"
+        stored = next((v.decode() for v in self._call([(None, "", ("HGET", self.prefix(p) + "bm", "layout"))
+                                                       for p in range(partitions)]) if v), None)
+        self.configured, self.bloom = bloom, bloom.kept(stored, suffix)  # clear() starts over with the configured one
+        if self.bloom is not bloom:
+            logger.warning("frontier %s keeps the Bloom layout it was built with (%s)", namespace, stored)
         # the operations `apply` sends together: each one's commands
         self._builders = {"release_host": self._release, "requeue": self._requeue, "fetched": self._fetched,
                           "ack": self._ack, "deny": self._deny, "robots_put": self._robots_put,
@@ -138,7 +144,7 @@ class RedisFrontier(FrontierBackend):
         layout_key = f"{self.bloom.key} partitions={self.partitions}"
         commands = []
         for p, indexes in by_partition.items():
-            args: list = [repr(now), max_per_host, layout_key, len(layout) // 4, *layout]
+            args: list = [repr(now), max_per_host, layout_key, len(layout) // 5, *layout]
             for i in indexes:
                 new = urls[i]
                 args += [new.id, new.host, new.priority, new.payload, *new.bloom, int(new.in_scope)]
@@ -399,6 +405,7 @@ class RedisFrontier(FrontierBackend):
         for key in keys:  # one by one: on a cluster, keys of different slots cannot share a DEL
             self.client.delete(key)
         self._where.clear()
+        self.bloom = self.configured
 
 
 def _chunks(items: list, size: int):

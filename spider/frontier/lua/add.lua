@@ -1,5 +1,5 @@
--- ARGV: P, now, max_per_host, layout key, nstages, (blocks, k, block_bits, cumulative capacity) x nstages,
---       then per URL: id, host, priority, payload, hash a, hash b, hash c, in scope (1/0).  One outcome per URL.
+-- ARGV: P, now, max_per_host, layout key, nstages, (blocks, k, line bits, cumulative capacity, lines) x nstages,
+--       then per URL: id, host, priority, payload, hashes a, b, c, d, in scope (1/0).  One outcome per URL.
 local now, budget, layout, nstages = tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4], tonumber(ARGV[5])
 local stored = redis.call('HGET', P .. 'bm', 'layout')
 if not stored then
@@ -11,52 +11,77 @@ elseif stored ~= layout then
 end
 local stages = {}
 for s = 0, nstages - 1 do
-  local i = 6 + 4 * s
-  stages[s] = {tonumber(ARGV[i]), tonumber(ARGV[i + 1]), tonumber(ARGV[i + 2]), tonumber(ARGV[i + 3])}
+  local i = 6 + 5 * s
+  stages[s] = {tonumber(ARGV[i]), tonumber(ARGV[i + 1]), tonumber(ARGV[i + 2]), tonumber(ARGV[i + 3]),
+               tonumber(ARGV[i + 4])}
 end
 local admitted = tonumber(redis.call('HGET', P .. 'bm', 'admitted') or '0')
 local function stage_for(n)
   for s = 0, nstages - 1 do if n < stages[s][4] then return s end end
   return -1
 end
-local function bits(s, a, b, c)  -- BloomLayout Stage.positions: enhanced double hashing, exact in doubles
+-- BloomLayout Stage.positions, exact in doubles: the URL's block, the offset of its line's first byte in the block,
+-- and its bits in that line (enhanced triple hashing; before lines, enhanced double hashing over the whole block).
+local function bits(s, a, b, c, d)
   local st = stages[s]
-  local m = st[3]
-  local x, y = b % m, c % m
+  local m, lines = st[3], st[5]
   local key = P .. 'bf:' .. s .. ':' .. (a % st[1])
-  local out = {}
+  local out, x, y = {}, b % m, c % m
+  if lines == 1 then
+    for i = 0, st[2] - 1 do
+      out[#out + 1] = x
+      x = (x + y) % m
+      y = (y + i + 1) % m
+    end
+    return key, 0, out
+  end
+  local z = math.floor(d / lines) % m
   for i = 0, st[2] - 1 do
     out[#out + 1] = x
     x = (x + y) % m
-    y = (y + i + 1) % m
+    y = (y + z) % m
+    z = (z + i + 1) % m
   end
-  return key, out
+  return key, d % lines * m / 8, out  -- bits counted from the line's first byte
+end
+-- Whether a stage has all of a URL's bits.  One GETBIT answers most new URLs (their first bit is clear); then the line
+-- is read in one GETRANGE and tested here, where a GETBIT a bit cost ~1 us each.  (Writing a line back whole costs
+-- more than a SETBIT a bit: Lua makes and collects a 1 KB string.)  Bit o is byte o // 8, mask 0x80 >> o % 8.
+local byte, band, rshift, floor = string.byte, bit.band, bit.rshift, math.floor
+local function has_all(key, first, st, offsets)
+  if redis.call('GETBIT', key, first * 8 + offsets[1]) == 0 then return false end
+  if st[5] == 1 then  -- before lines: the line is the whole 64 KB block, too much to copy for one URL
+    for i = 2, #offsets do if redis.call('GETBIT', key, offsets[i]) == 0 then return false end end
+    return true
+  end
+  local line = redis.call('GETRANGE', key, first, first + st[3] / 8 - 1)
+  for i = 2, #offsets do
+    local o = offsets[i]
+    if band(byte(line, floor(o / 8) + 1), rshift(128, o % 8)) == 0 then return false end
+  end
+  return true
 end
 
 -- Per-call tallies, written once at the end: a redis.call costs ~1.2 us of Lua overhead before its command runs, and a
 -- batch's URLs mostly share a few hosts (a page's links).
 local out, queued, host_admitted, in_scope, made = {}, 0, {}, {}, {}  -- host_admitted: host -> {before, added}
 local seq = nil
-local pos = 6 + 4 * nstages
+local pos = 6 + 5 * nstages
 while pos <= #ARGV do
   local id, host, prio, payload = ARGV[pos], ARGV[pos + 1], tonumber(ARGV[pos + 2]), ARGV[pos + 3]
-  local a, b, c = tonumber(ARGV[pos + 4]), tonumber(ARGV[pos + 5]), tonumber(ARGV[pos + 6])
-  local scoped = ARGV[pos + 7] == '1'
+  local a, b, c, d = tonumber(ARGV[pos + 4]), tonumber(ARGV[pos + 5]), tonumber(ARGV[pos + 6]), tonumber(ARGV[pos + 7])
+  local scoped = ARGV[pos + 8] == '1'
   if not scoped then
     if in_scope[host] == nil then in_scope[host] = redis.call('SISMEMBER', P .. 'scope', host) == 1 end
     scoped = in_scope[host]
   end
-  pos = pos + 8
+  pos = pos + 9
   local current = stage_for(admitted)
   if current < 0 then return redis.error_reply('the URL Bloom filter is full: raise frontier.bloom_capacity') end
-  local seen, key, offsets, unset = false, nil, nil, 1  -- the current stage's key and bits, the first one not yet set
+  local seen, key, first, offsets = false, nil, 0, nil  -- the last stage tested: the URL's block, line and bits
   for s = 0, (scoped and current or -1) do
-    key, offsets = bits(s, a, b, c)
-    unset = #offsets + 1
-    for i, o in ipairs(offsets) do
-      if redis.call('GETBIT', key, o) == 0 then unset = i; break end
-    end
-    if unset > #offsets then seen = true; break end
+    key, first, offsets = bits(s, a, b, c, d)
+    if has_all(key, first, stages[s], offsets) then seen = true; break end
   end
   local counted = host_admitted[host]
   if scoped and not seen and budget > 0 and not counted then
@@ -71,10 +96,10 @@ while pos <= #ARGV do
     out[#out + 1] = 'host_budget'
   else
     if not made[key] and redis.call('EXISTS', key) == 0 then  -- full size at once: SETBIT's growth would over-allocate
-      redis.call('SET', key, string.rep('\0', stages[current][3] / 8))
+      redis.call('SET', key, string.rep('\0', stages[current][3] * stages[current][5] / 8))
     end
     made[key] = true
-    for i = unset, #offsets do redis.call('SETBIT', key, offsets[i], 1) end
+    for _, o in ipairs(offsets) do redis.call('SETBIT', key, first * 8 + o, 1) end
     admitted = admitted + 1
     if not counted then counted = {0, 0}; host_admitted[host] = counted end
     counted[2] = counted[2] + 1

@@ -36,7 +36,8 @@ class FrontierContract:
     def make_backend(self, bloom: BloomLayout = SMALL) -> FrontierBackend:
         raise NotImplementedError
 
-    def reopen(self, backend: FrontierBackend) -> FrontierBackend:
+    def reopen(self, backend: FrontierBackend, bloom: BloomLayout | None = None) -> FrontierBackend:
+        """The same store opened again (by a restarted worker), with `bloom` or the layout it was opened with."""
         raise NotImplementedError
 
     @pytest.fixture
@@ -379,6 +380,25 @@ class FrontierContract:
             false_positives = fb.add(fresh, T0, 0).count("seen")
             assert false_positives <= 3 * 1e-3 * 20000, false_positives
         finally:
+            fb.close()
+
+    def test_a_filter_built_before_lines_keeps_its_layout_so_its_urls_stay_seen(self):
+        """A frontier written before the Bloom filter had lines (lines=1), opened under today's layout, keeps its
+        own: its URLs are still seen.  clear() starts over with today's."""
+        fb = self.make_backend(replace(SMALL, lines=1))
+        old = [url(f"http://h{i % 5}.test/{i}") for i in range(200)]
+        assert fb.add(old, T0, 0) == ["admitted"] * 200
+        again = self.reopen(fb, SMALL)
+        try:
+            assert SMALL.lines == 4 and again.bloom.lines == 1
+            assert again.add(old, T0, 0) == ["seen"] * 200
+            assert again.add([url("http://h0.test/new")], T0, 0) == ["admitted"]
+            again.clear()
+            assert again.bloom == SMALL
+            assert again.add(old[:10], T0, 0) == ["admitted"] * 10
+            assert again.add(old[:10], T0, 0) == ["seen"] * 10
+        finally:
+            again.close()
             fb.close()
 
     def test_clear_forgets_everything(self, fb):

@@ -31,8 +31,8 @@ class TestSqliteFrontier(FrontierContract):
         backend.clear()
         return backend
 
-    def reopen(self, backend: SqliteFrontier) -> SqliteFrontier:
-        return SqliteFrontier(backend.path, backend.bloom)
+    def reopen(self, backend: SqliteFrontier, bloom: BloomLayout | None = None) -> SqliteFrontier:
+        return SqliteFrontier(backend.path, bloom or backend.bloom)
 
 
 # A child process over the same file: `url()` as in the contract, `fb` the frontier, sys.argv[1] its path.

@@ -7,7 +7,7 @@ from spider.config import load_crawl_config
 from spider.frontier import robots
 from spider.frontier.admission import Admission, SsrfGuard
 from spider.frontier.backend import HostState
-from spider.frontier.bloom import BloomLayout
+from spider.frontier.bloom import BloomLayout, line_fp_rate
 from spider.frontier.canonical import Canonicalizer, jump_hash
 from spider.frontier.politeness import after_fetch, politeness_key, with_crawl_delay
 
@@ -110,6 +110,10 @@ def test_bloom_layout_meets_its_bound_in_every_stage_and_small_crawls_stay_small
     layout = BloomLayout(capacity=10_000_000, fp_rate=1e-6)
     assert layout.stages[0].bytes < 40 * 2 ** 20   # 10 M URLs at 1e-6 in under 40 MiB
     assert sum(s.fp_rate for s in layout.stages) < 1e-6
+    for stage in layout.stages:  # its lines' uneven load included: each stage is sized to hold its share when full
+        assert stage.lines == 63 and stage.line_bits == 8320
+        assert line_fp_rate(stage.blocks * stage.block_bits / stage.capacity, stage.line_bits, stage.k) <= stage.fp_rate
+    assert line_fp_rate(30.0, 8320, 21) > line_fp_rate(30.0, 10**9, 21)  # lines cost bits for the same rate
     assert layout.stage_for(0) == 0 and layout.stage_for(10_000_000) == 1
     default = BloomLayout(capacity=CFG.frontier.bloom_capacity // CFG.frontier.partitions, fp_rate=1e-6)
     assert default.stages[0].bytes < 4 * 2 ** 20   # what a laptop crawl allocates per partition at most

@@ -23,8 +23,8 @@ class TestRedisFrontier(FrontierContract):
         backend.clear()
         return backend
 
-    def reopen(self, backend: RedisFrontier) -> RedisFrontier:
-        return RedisFrontier(backend.url, backend.namespace, backend.partitions, backend.bloom)
+    def reopen(self, backend: RedisFrontier, bloom: BloomLayout | None = None) -> RedisFrontier:
+        return RedisFrontier(backend.url, backend.namespace, backend.partitions, bloom or backend.bloom)
 
 
 class TestRedisClusterFrontier(TestRedisFrontier):
