@@ -7,8 +7,8 @@ k bits all fall in one block of `block_bytes`, so a test-and-set touches one Red
 Blocks of 65,520 bytes fill jemalloc's 64 KiB size class exactly once Redis adds its 6-byte string header.
 Inside its block a URL's bits fall in one of `lines` equal lines (Putze et al. 2007, "cache-, hash- and
 space-efficient Bloom filters"): Redis tests a known URL with one GETRANGE of its line's 1,040 bytes, where a GETBIT a
-bit cost ~1 us each (~20 a URL), and SQLite reads one page.  The lines' uneven load costs ~2.5 % more bits for the
-same false-positive rate; each stage is sized for it (`_line_bits_per_url`).
+bit cost ~1 us each (~20 a URL), and SQLite touches a page or two, not ~20.  The lines' uneven load costs ~2.5 %
+more bits for the same false-positive rate; each stage is sized for it (`_line_bits_per_url`).
 """
 from __future__ import annotations
 
