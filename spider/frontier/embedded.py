@@ -114,7 +114,7 @@ class _Blocks:
             self.handles[rowid] = self.db.blobopen("bloom", "bits", rowid)
         return self.handles[rowid]
 
-    def has(self, hashes: tuple[int, int, int], stages: int) -> bool:
+    def has(self, hashes: tuple[int, int, int, int], stages: int) -> bool:
         """Whether any of the first `stages` stages has all of the URL's bits."""
         for stage in range(stages):
             block, bits = self.bloom.stages[stage].positions(hashes)
@@ -123,7 +123,7 @@ class _Blocks:
                 return True
         return False
 
-    def set(self, hashes: tuple[int, int, int], stage: int) -> None:
+    def set(self, hashes: tuple[int, int, int, int], stage: int) -> None:
         block, bits = self.bloom.stages[stage].positions(hashes)
         blob = self._handle(stage, block, create=True)
         for p in bits:
