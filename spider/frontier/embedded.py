@@ -288,8 +288,10 @@ class SqliteFrontier(FrontierBackend):
     def release_host(self, host: str, next_at: float, state: HostState | None = None) -> bool:
         with self._transaction() as db:
             db.execute("INSERT OR IGNORE INTO hosts (host, state) VALUES (?, 'idle')", (host,))
+            # a host nobody holds gets a late release (its worker's lease expired; another worker may have fetched
+            # from it since): it keeps the later next-allowed time.  A busy host's `at` is its lease's expiry.
             released = db.execute(
-                f"UPDATE hosts SET at = :at, owner = NULL, "
+                f"UPDATE hosts SET at = CASE WHEN state != 'busy' AND at > :at THEN at ELSE :at END, owner = NULL, "
                 f"state = CASE WHEN {_HAS_QUEUED} THEN 'queued' ELSE 'idle' END "
                 f"WHERE host = :host AND (state != 'busy' OR {_MINE})",
                 {"at": next_at, "host": host, "owner": self.owner}).rowcount

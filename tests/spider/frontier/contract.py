@@ -218,6 +218,27 @@ class FrontierContract:
         finally:
             other.close()
 
+    def test_a_late_release_does_not_cut_short_the_delay_of_a_fetch_made_since(self, fb):
+        fb.add([url(f"http://a.test/{i}") for i in (1, 2, 3)], T0, 0)
+        stale, other = fb, self.reopen(fb)
+        try:
+            (item,) = stale.lease(1, T0, 30)
+            (again,) = other.lease(1, T0 + 31, 30)  # the stale worker's lease expired: the other fetches the URL
+            assert again.id == item.id
+            assert other.release_host("a.test", T0 + 36) is True  # its fetch ended at T0 + 31, plus a 5 s delay
+            other.ack([again.id], None, T0 + 31)
+            # the stale worker wakes at T0 + 32 and hands back the host it sent nothing to (a lapsed lease), or
+            # finishes its own fetch and releases the host with the delay it computed before it stalled
+            stale.release_host("a.test", T0 + 32)
+            stale.apply([("release_host", ("a.test", T0 + 2, HostState(2.0, 0, 0.0, 0)))])
+            assert stale.lease(5, T0 + 33, 30) == [] and other.lease(5, T0 + 35.9, 30) == []
+            assert urls_of(other.lease(5, T0 + 36, 30)) == ["http://a.test/2"]
+            # the worker holding the host sets the time it says (the SQLite store keeps its lease expiry there)
+            assert other.release_host("a.test", T0 + 37) is True
+            assert urls_of(stale.lease(5, T0 + 37, 30)) == ["http://a.test/3"]
+        finally:
+            other.close()
+
     def test_operations_applied_together_do_what_each_call_does(self, fb):
         fb.add([url(f"http://{h}.test/{i}") for h in "abc" for i in (1, 2)], T0, 0)
         a, b, c = sorted(fb.lease(3, T0, 30), key=lambda item: item.host)
