@@ -247,10 +247,10 @@ class RedisFrontier(FrontierBackend):
         results = []
         if plain:
             results = list(zip(plain, self._call([self._script("lease", p, [repr(now), quota[p], repr(lease_s),
-                                                                            self.owner]) for p in plain])))
+                                                                            self.owner, 0]) for p in plain])))
         for p in sorted(settle):  # expired leases, holds or due recrawls: in turn, sharing the spare
             rows, = self._call([self._script("lease", p, [repr(now), quota.get(p, 0) + spare, repr(lease_s),
-                                                          self.owner])])
+                                                          self.owner, 1])])
             spare -= max(0, len(rows) - quota.get(p, 0))
             results.append((p, rows))
         for p, rows in results:

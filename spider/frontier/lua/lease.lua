@@ -1,26 +1,30 @@
--- ARGV: P, now, max_urls, lease_s, owner.  Reaps expired leases and holds, queues due recrawls, then hands out
--- one URL per ready host, owned by `owner`.  Returns {id, host, payload, expires, delay, errors, blocked, admitted}
--- per URL.
+-- ARGV: P, now, max_urls, lease_s, owner, settle (1/0).  With settle: reaps expired leases and holds, queues due
+-- recrawls and frees the busy hosts of dead workers; then hands out one URL per ready host, owned by `owner`.
+-- Returns {id, host, payload, expires, delay, errors, blocked, admitted} per URL.  settle 0 is for a partition whose
+-- peek.lua at the same `now` found nothing overdue: its five range reads would find nothing either (they were a
+-- fifth of a lease's Lua), and what another client makes overdue meanwhile is settled by the next call.
 local now, max_urls, lease_s, owner = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]), ARGV[5]
+local settle = ARGV[6] ~= '0'
 local now_ms = ms(now)
 local expires = now + lease_s  -- every lease this call hands out ends then
 local expires_ms, expires_s = ms(expires), tostring(expires)
-for _, zset in ipairs({'lease', 'held'}) do
-  local ids = redis.call('ZRANGEBYSCORE', P .. zset, '-inf', now_ms, 'LIMIT', 0, 1000)
-  for _, id in ipairs(ids) do
-    redis.call('ZREM', P .. zset, id)
-    redis.call('HDEL', P .. 'own', id)
-    if requeue(id, now) then redis.call('HINCRBY', P .. 'stat', 'expired_leases', 1) end
+if settle then
+  for _, zset in ipairs({'lease', 'held'}) do
+    for _, id in ipairs(redis.call('ZRANGEBYSCORE', P .. zset, '-inf', now_ms, 'LIMIT', 0, 1000)) do
+      redis.call('ZREM', P .. zset, id)
+      redis.call('HDEL', P .. 'own', id)
+      if requeue(id, now) then redis.call('HINCRBY', P .. 'stat', 'expired_leases', 1) end
+    end
   end
-end
-for _, id in ipairs(redis.call('ZRANGEBYSCORE', P .. 'due', '-inf', now_ms, 'LIMIT', 0, 1000)) do
-  redis.call('ZREM', P .. 'due', id)
-  requeue(id, now)
-end
-for _, host in ipairs(redis.call('ZRANGEBYSCORE', P .. 'busy', '-inf', now_ms, 'LIMIT', 0, 1000)) do
-  redis.call('ZREM', P .. 'busy', host)  -- its worker died holding it
-  redis.call('HDEL', P .. 'h:' .. host, 'owner')
-  wake(host, now)
+  for _, id in ipairs(redis.call('ZRANGEBYSCORE', P .. 'due', '-inf', now_ms, 'LIMIT', 0, 1000)) do
+    redis.call('ZREM', P .. 'due', id)
+    requeue(id, now)
+  end
+  for _, host in ipairs(redis.call('ZRANGEBYSCORE', P .. 'busy', '-inf', now_ms, 'LIMIT', 0, 1000)) do
+    redis.call('ZREM', P .. 'busy', host)  -- its worker died holding it
+    redis.call('HDEL', P .. 'h:' .. host, 'owner')
+    wake(host, now)
+  end
 end
 -- The writes every URL needs go as one command each for the whole call (see add.lua).
 local out, leased_hosts, leases, owners = {}, {}, {}, {}
