@@ -22,6 +22,11 @@ Models: ~1.3 B (24 × 2048, 16 heads, FFN 8192) and ~125 M (12 × 768, 12 heads,
 untied output layer padded to 32,768 rows (the anchors' shapes in notes/trainer-anchors.md; the
 shards' own vocabulary is smaller and every id in them stays valid).  Results go to stdout as a
 table and, with --out, as JSON lines.
+
+`--profile N`: after its timed steps, each mcore/torch variant runs N more under torch.profiler (outside
+the figures) and prints the kernels' time per step by kind (GEMM, attention, compiled Triton code,
+optimizer, copies and casts, communication, the rest), the step's time no kernel ran, and the kernels that
+cost most: laid side by side, megatron-core's and the anchor's say where the points between them go.
 """
 from __future__ import annotations
 
@@ -101,6 +106,48 @@ class Measured:
     data_wait_s: float
     step_s: float
     losses: list[float]
+    profile: dict | None = None
+
+
+# Kernel (or, on the CPU, operator) names by kind, first match wins; lowercased substrings.
+KINDS = (
+    ("communication", ("nccl", "all_reduce", "allreduce", "reduce_scatter", "all_gather")),
+    ("attention", ("flash", "fmha", "attention", "sdpa", "cudnn")),
+    ("optimizer", ("adam", "multi_tensor", "foreach", "l2norm")),
+    ("gemm", ("gemm", "xmma", "cutlass", "nvjet", "cublas", "sm90_", "sm80_", "ampere_", "aten::mm", "aten::addmm",
+              "aten::bmm", "aten::baddbmm", "aten::linear")),
+    ("compiled", ("triton",)),
+    ("copy/cast", ("copy", "memcpy", "memset", "cast", "fill", "aten::to", "aten::_to")),
+)
+
+
+def kind_of(name: str) -> str:
+    low = name.lower()
+    return next((kind for kind, marks in KINDS if any(m in low for m in marks)), "other")
+
+
+def profile_summary(events, on_gpu: bool, steps: int, top: int = 12) -> dict:
+    """torch.profiler's key averages -> kernel time per step by kind and the costliest kernels (on a CPU dry run:
+    operators' self CPU time, the same table)."""
+    from torch.autograd import DeviceType
+
+    rows = []
+    for e in events:
+        if on_gpu and e.device_type == DeviceType.CUDA:
+            us = e.self_device_time_total
+        elif not on_gpu and e.device_type == DeviceType.CPU:
+            us = e.self_cpu_time_total
+        else:
+            continue
+        if us > 0:
+            rows.append((us / 1e3 / steps, e.count / steps, e.key))
+    by_kind: dict[str, float] = {}
+    for ms, _, name in rows:
+        by_kind[kind_of(name)] = by_kind.get(kind_of(name), 0.0) + ms
+    rows.sort(reverse=True)
+    return {"steps": steps, "busy_ms": sum(ms for ms, _, _ in rows),
+            "by_kind": dict(sorted(by_kind.items(), key=lambda kv: -kv[1])),
+            "top": [[name, round(ms, 3), round(calls, 1)] for ms, calls, name in rows[:top]]}
 
 
 # --- the anchor: a plain PyTorch GPT ---------------------------------------------------------------
@@ -212,7 +259,7 @@ def _sync(device: torch.device) -> None:
 
 
 def measure(name: str, kind: str, cfg: TrainerConfig, manifest, cache: Path, warmup: int, steps: int,
-            peak: float | None) -> Measured:
+            peak: float | None, profile_steps: int = 0) -> Measured:
     with open_backend(cfg) as backend:
         device = backend.device
         if device.type == "cuda":
@@ -223,22 +270,36 @@ def measure(name: str, kind: str, cfg: TrainerConfig, manifest, cache: Path, war
                   else AnchorEngine(cfg, device, vocab, compile_blocks=cfg.cuda.compile))
         params = transformer_parameters(engine.gpt) if kind == "mcore" else sum(
             p.numel() for n, p in engine.gpt.named_parameters() if not n.startswith(("embed.", "out.")))
-        loader = StepLoader(cfg, datasets, 0, warmup + steps, backend.dp_rank, backend.dims.dp, device)
+        timed = warmup + steps
+        loader = StepLoader(cfg, datasets, 0, timed + profile_steps, backend.dp_rank, backend.dims.dp, device)
         losses, split = [], {"forward_backward": 0.0, "optimizer": 0.0}
+        profiler = summary = None
         try:
             began = wait0 = None
             for step, batches, _ in loader:
                 if step == warmup:               # compile and allocator warm-up stay out of the numbers
                     _sync(device)
                     began, wait0 = time.perf_counter(), loader.wait_s
+                if step == timed:                # the profiled steps come after the figures, outside them
+                    _sync(device)
+                    elapsed, waited = time.perf_counter() - began, loader.wait_s - wait0
+                    activities = [torch.profiler.ProfilerActivity.CPU]
+                    if device.type == "cuda":
+                        activities.append(torch.profiler.ProfilerActivity.CUDA)
+                    profiler = torch.profiler.profile(activities=activities)
+                    profiler.__enter__()
                 done = engine.step(batches)
-                losses.append(done.loss)
-                if step >= warmup:
+                if step < timed:
+                    losses.append(done.loss)
+                if warmup <= step < timed:
                     for key in split:
                         split[key] += done.seconds[key]
             _sync(device)
-            elapsed = time.perf_counter() - began
-            waited = loader.wait_s - wait0
+            if profiler is None:
+                elapsed, waited = time.perf_counter() - began, loader.wait_s - wait0
+            else:
+                profiler.__exit__(None, None, None)
+                summary = profile_summary(profiler.key_averages(), device.type == "cuda", profile_steps)
         finally:
             loader.close()
         tokens = steps * cfg.batch.global_batch_size * cfg.model.seq_length
@@ -248,7 +309,17 @@ def measure(name: str, kind: str, cfg: TrainerConfig, manifest, cache: Path, war
         del engine
     return Measured(name, params, rate, mfu(rate, per_token, peak) if peak else None, peak_gib,
                     split["forward_backward"] / steps, split["optimizer"] / steps, waited / steps, elapsed / steps,
-                    losses)
+                    losses, summary)
+
+
+def print_profile(name: str, step_s: float, p: dict, on_gpu: bool) -> None:
+    what = "kernels" if on_gpu else "operators' self CPU time (dry run)"
+    kinds = ", ".join(f"{kind} {ms:,.1f}" for kind, ms in p["by_kind"].items())
+    print(f"{name}: profile of {p['steps']} step(s): {what} {p['busy_ms']:,.1f} ms a step of a {step_s * 1e3:,.1f} ms "
+          f"step (none running {max(0.0, step_s * 1e3 - p['busy_ms']):,.1f} ms); by kind, ms a step: {kinds}",
+          flush=True)
+    for kernel, ms, calls in p["top"]:
+        print(f"    {ms:10.3f} ms {calls:8.1f} calls  {kind_of(kernel):13} {kernel[:110]}", flush=True)
 
 
 def resume_check(cfg: TrainerConfig, manifest, cache: Path, total: int, cut: int
@@ -299,6 +370,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--steps", type=int, default=6)
     parser.add_argument("--budget-s", type=float, default=1e9, help="skip the variants left after this long")
+    parser.add_argument("--profile", type=int, default=0, metavar="N",
+                        help="after the timed steps, profile N more of each mcore/torch variant: kernel time by kind")
     parser.add_argument("--out", help="append one JSON line per variant here")
     args = parser.parse_args(argv)
 
@@ -340,13 +413,15 @@ def main(argv: list[str] | None = None) -> int:
                     record = {"name": name, "max_loss_diff": worst, "straight": straight, "resumed": resumed,
                               "checkpoint_format": form}
                 else:
-                    m = measure(name, kind, cfg, manifest, Path(cache), args.warmup, args.steps, peak)
+                    m = measure(name, kind, cfg, manifest, Path(cache), args.warmup, args.steps, peak, args.profile)
                     rows.append(m)
                     print(f"{name}: {m.params / 1e6:,.0f} M transformer params, {m.tokens_per_s:,.0f} tokens/s, "
                           f"MFU {'-' if m.mfu is None else f'{100 * m.mfu:.1f}%'}, peak {m.peak_gib:.1f} GiB, "
                           f"step {m.step_s * 1e3:.0f} ms = fwd+bwd {m.fwd_bwd_s * 1e3:.0f} + optimizer "
                           f"{m.optimizer_s * 1e3:.0f} + data wait {m.data_wait_s * 1e3:.1f} ms; "
                           f"losses {[round(x, 4) for x in m.losses]} [{time.perf_counter() - t0:.0f} s]", flush=True)
+                    if m.profile:
+                        print_profile(name, m.step_s, m.profile, cuda)
                     record = {"name": name} | {k: v for k, v in vars(m).items() if k != "name"}
                 if not all(math.isfinite(x) for x in record.get("losses", record.get("resumed", []))):
                     print(f"{name}: non-finite loss", flush=True)
