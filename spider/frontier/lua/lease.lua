@@ -1,8 +1,8 @@
 -- ARGV: P, now, max_urls, lease_s, owner, settle (1/0).  With settle: reaps expired leases and holds, queues due
 -- recrawls and frees the busy hosts of dead workers; then hands out one URL per ready host, owned by `owner`.
 -- Returns {id, host, payload, expires, delay, errors, blocked, admitted} per URL.  settle 0 is for a partition whose
--- peek.lua at the same `now` found nothing overdue: its five range reads would find nothing either (they were a
--- fifth of a lease's Lua), and what another client makes overdue meanwhile is settled by the next call.
+-- peek.lua at the same `now` found nothing overdue: its five range reads would find nothing either (~4 us of a
+-- ~60 us call handing out two URLs), and what another client makes overdue meanwhile is settled by the next call.
 local now, max_urls, lease_s, owner = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]), ARGV[5]
 local settle = ARGV[6] ~= '0'
 local now_ms = ms(now)
