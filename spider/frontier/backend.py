@@ -160,8 +160,9 @@ class FrontierBackend(ABC):
         """The busy host's fetch is over: it may be asked again at `next_at`; `state` (delay, errors, Retry-After
         block) replaces its stored politeness record when given.  Idle again if nothing is queued for it.  A host
         busy with another owner's lease is left alone (returns False): this caller's own lease of it expired.  A host
-        nobody holds keeps its next-allowed time where that is later than `next_at`: the late release of an expired
-        lease must not cut short the delay of a fetch another worker made from the host since."""
+        nobody holds keeps its next-allowed time where that is later than `next_at`, and its politeness record with
+        it: the late release of an expired lease must not cut short the delay of a fetch another worker made from
+        the host since, nor replace what that fetch recorded."""
 
     @abstractmethod
     def requeue(self, ids: list[str], now: float, payloads: dict[str, str] | None = None) -> None:

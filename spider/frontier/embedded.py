@@ -289,13 +289,16 @@ class SqliteFrontier(FrontierBackend):
         with self._transaction() as db:
             db.execute("INSERT OR IGNORE INTO hosts (host, state) VALUES (?, 'idle')", (host,))
             # a host nobody holds gets a late release (its worker's lease expired; another worker may have fetched
-            # from it since): it keeps the later next-allowed time.  A busy host's `at` is its lease's expiry.
+            # from it since): a later next-allowed time, and the politeness record with it, stay.  A busy host's
+            # `at` is its lease's expiry.
+            newer, = db.execute("SELECT state != 'busy' AND at > ? FROM hosts WHERE host = ?",
+                                (next_at, host)).fetchone()
             released = db.execute(
                 f"UPDATE hosts SET at = CASE WHEN state != 'busy' AND at > :at THEN at ELSE :at END, owner = NULL, "
                 f"state = CASE WHEN {_HAS_QUEUED} THEN 'queued' ELSE 'idle' END "
                 f"WHERE host = :host AND (state != 'busy' OR {_MINE})",
                 {"at": next_at, "host": host, "owner": self.owner}).rowcount
-            if released and state is not None:  # `admitted` stays the stored count: other workers admit meanwhile
+            if released and state is not None and not newer:  # `admitted` stays the stored count (others admit)
                 db.execute("UPDATE hosts SET delay_s = ?, errors = ?, blocked_until = ? WHERE host = ?",
                            (state.delay_s, state.errors, state.blocked_until, host))
             return bool(released)

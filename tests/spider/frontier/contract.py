@@ -225,12 +225,14 @@ class FrontierContract:
             (item,) = stale.lease(1, T0, 30)
             (again,) = other.lease(1, T0 + 31, 30)  # the stale worker's lease expired: the other fetches the URL
             assert again.id == item.id
-            assert other.release_host("a.test", T0 + 36) is True  # its fetch ended at T0 + 31, plus a 5 s delay
+            # its fetch ended at T0 + 31 with a 5 s delay, its first error (a backoff)
+            assert other.release_host("a.test", T0 + 36, HostState(5.0, 1, 0.0, 0)) is True
             other.ack([again.id], None, T0 + 31)
             # the stale worker wakes at T0 + 32 and hands back the host it sent nothing to (a lapsed lease), or
-            # finishes its own fetch and releases the host with the delay it computed before it stalled
+            # finishes its own fetch and releases the host with the delay and record it made before it stalled
             stale.release_host("a.test", T0 + 32)
             stale.apply([("release_host", ("a.test", T0 + 2, HostState(2.0, 0, 0.0, 0)))])
+            assert (stale.host_state("a.test").delay_s, stale.host_state("a.test").errors) == (5.0, 1)
             assert stale.lease(5, T0 + 33, 30) == [] and other.lease(5, T0 + 35.9, 30) == []
             assert urls_of(other.lease(5, T0 + 36, 30)) == ["http://a.test/2"]
             # the worker holding the host sets the time it says (the SQLite store keeps its lease expiry there)
