@@ -291,13 +291,13 @@ class SqliteFrontier(FrontierBackend):
             # a host nobody holds gets a late release (its worker's lease expired; another worker may have fetched
             # from it since): a later next-allowed time, and the politeness record with it, stay.  A busy host's
             # `at` is its lease's expiry.
-            newer, = db.execute("SELECT state != 'busy' AND at > ? FROM hosts WHERE host = ?",
-                                (next_at, host)).fetchone()
+            stored, at = db.execute("SELECT state, at FROM hosts WHERE host = ?", (host,)).fetchone()
+            newer = stored != "busy" and at is not None and at > next_at
             released = db.execute(
-                f"UPDATE hosts SET at = CASE WHEN state != 'busy' AND at > :at THEN at ELSE :at END, owner = NULL, "
+                f"UPDATE hosts SET at = :at, owner = NULL, "
                 f"state = CASE WHEN {_HAS_QUEUED} THEN 'queued' ELSE 'idle' END "
                 f"WHERE host = :host AND (state != 'busy' OR {_MINE})",
-                {"at": next_at, "host": host, "owner": self.owner}).rowcount
+                {"at": at if newer else next_at, "host": host, "owner": self.owner}).rowcount
             if released and state is not None and not newer:  # `admitted` stays the stored count (others admit)
                 db.execute("UPDATE hosts SET delay_s = ?, errors = ?, blocked_until = ? WHERE host = ?",
                            (state.delay_s, state.errors, state.blocked_until, host))
