@@ -22,10 +22,16 @@ local function stage_for(n)
 end
 -- BloomLayout Stage.positions, exact in doubles: the URL's block, the offset of its line's first byte in the block,
 -- and its bits in that line (enhanced triple hashing; before lines, enhanced double hashing over the whole block).
+local block_keys = {}  -- block * 16 + stage -> its key: the numbers in a key are formatted at ~1 us each
 local function bits(s, a, b, c, d)
   local st = stages[s]
   local m, lines = st[3], st[5]
-  local key = P .. 'bf:' .. s .. ':' .. (a % st[1])
+  local block = a % st[1]
+  local key = block_keys[block * 16 + s]
+  if not key then
+    key = P .. 'bf:' .. s .. ':' .. block
+    block_keys[block * 16 + s] = key
+  end
   local out, x, y = {}, b % m, c % m
   if lines == 1 then
     for i = 0, st[2] - 1 do
@@ -99,12 +105,12 @@ while pos <= #ARGV do
       redis.call('SET', key, string.rep('\0', stages[current][3] * stages[current][5] / 8))
     end
     made[key] = true
-    for _, o in ipairs(offsets) do redis.call('SETBIT', key, first * 8 + o, 1) end
+    for _, o in ipairs(offsets) do redis.call('SETBIT', key, first * 8 + o, '1') end  -- '1': int() in common.lua
     admitted = admitted + 1
     if not counted then counted = {0, 0}; host_admitted[host] = counted end
     counted[2] = counted[2] + 1
     seq = (seq or tonumber(redis.call('GET', P .. 'seq') or '0')) + 1
-    local score = -prio * 1e10 + seq
+    local score = int(-prio * 1e10 + seq)  -- a string, for ZADD and cjson alike (a number costs each a %.17g)
     redis.call('HSET', P .. 'e', id, cjson.encode({h = host, s = score, p = payload}))
     redis.call('ZADD', P .. 'q:' .. host, score, id)
     queued = queued + 1
@@ -113,8 +119,8 @@ while pos <= #ARGV do
 end
 for host, counted in pairs(host_admitted) do
   if counted[2] > 0 then
-    redis.call('HINCRBY', P .. 'h:' .. host, 'admitted', counted[2])
-    wake(host, now)
+    redis.call('HINCRBY', P .. 'h:' .. host, 'admitted', int(counted[2]))
+    wake(host, now, true)
   end
 end
 if seq then redis.call('SET', P .. 'seq', string.format('%d', seq)) end

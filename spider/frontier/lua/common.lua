@@ -9,6 +9,12 @@ local P = ARGV[1]
 -- millisecond later may come with it.
 local function ms(t) return math.floor(t * 1000) end
 
+-- Redis formats every number a script hands to redis.call with snprintf("%.17g") before the command runs: ~0.7-1 us
+-- each here, more than many of the commands cost (4 ZRANGEBYSCOREs took 16.5 us with numbers, 9.4 us with strings;
+-- 21 SETBITs 41 us, 18 us).  So the scripts pass strings: literals quoted, ARGV as it came, and a number they compute
+-- formatted once with int(), whose '%d' costs about half of '%.17g'.
+local function int(n) return string.format('%d', n) end
+
 -- One command over a list of arguments of any length (members, score-member or field-value pairs), in as few calls as
 -- Lua's unpack() allows: it is bounded by the C stack (~8,000 values).
 local function call_many(cmd, key, args)
@@ -16,15 +22,16 @@ local function call_many(cmd, key, args)
 end
 
 -- An idle or waiting host with URLs queued is in `ready`, scored by its next-allowed time; a busy one is in `busy`.
-local function wake(host, now)
+-- `queued`: the caller has just queued URLs of the host (its queue is not empty).
+local function wake(host, now, queued)
   if redis.call('ZSCORE', P .. 'busy', host) then return end
-  if redis.call('ZCARD', P .. 'q:' .. host) == 0 then
+  if not queued and redis.call('ZCARD', P .. 'q:' .. host) == 0 then
     redis.call('ZREM', P .. 'ready', host)
     return
   end
   if redis.call('ZSCORE', P .. 'ready', host) then return end
   local next_at = tonumber(redis.call('HGET', P .. 'h:' .. host, 'next') or '0')
-  redis.call('ZADD', P .. 'ready', ms(math.max(now, next_at)), host)
+  redis.call('ZADD', P .. 'ready', int(ms(math.max(now, next_at))), host)
 end
 
 -- Whether `owner` may change the lease or hold of `id`: its own, or one taken before leases had owners.
@@ -41,8 +48,8 @@ local function requeue(id, now)
   if not raw then return false end
   local e = cjson.decode(raw)
   if redis.call('ZADD', P .. 'q:' .. e.h, 'NX', e.s, id) == 1 then
-    redis.call('HINCRBY', P .. 'stat', 'queued', 1)
+    redis.call('HINCRBY', P .. 'stat', 'queued', '1')
   end
-  wake(e.h, now)
+  wake(e.h, now, true)
   return true
 end

@@ -5,22 +5,22 @@
 -- ~60 us call handing out two URLs), and what another client makes overdue meanwhile is settled by the next call.
 local now, max_urls, lease_s, owner = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]), ARGV[5]
 local settle = ARGV[6] ~= '0'
-local now_ms = ms(now)
+local now_ms = int(ms(now))  -- the times this call hands to Redis, as strings (int() in common.lua)
 local expires = now + lease_s  -- every lease this call hands out ends then
-local expires_ms, expires_s = ms(expires), tostring(expires)
+local expires_ms, expires_s = int(ms(expires)), tostring(expires)
 if settle then
   for _, zset in ipairs({'lease', 'held'}) do
-    for _, id in ipairs(redis.call('ZRANGEBYSCORE', P .. zset, '-inf', now_ms, 'LIMIT', 0, 1000)) do
+    for _, id in ipairs(redis.call('ZRANGEBYSCORE', P .. zset, '-inf', now_ms, 'LIMIT', '0', '1000')) do
       redis.call('ZREM', P .. zset, id)
       redis.call('HDEL', P .. 'own', id)
-      if requeue(id, now) then redis.call('HINCRBY', P .. 'stat', 'expired_leases', 1) end
+      if requeue(id, now) then redis.call('HINCRBY', P .. 'stat', 'expired_leases', '1') end
     end
   end
-  for _, id in ipairs(redis.call('ZRANGEBYSCORE', P .. 'due', '-inf', now_ms, 'LIMIT', 0, 1000)) do
+  for _, id in ipairs(redis.call('ZRANGEBYSCORE', P .. 'due', '-inf', now_ms, 'LIMIT', '0', '1000')) do
     redis.call('ZREM', P .. 'due', id)
     requeue(id, now)
   end
-  for _, host in ipairs(redis.call('ZRANGEBYSCORE', P .. 'busy', '-inf', now_ms, 'LIMIT', 0, 1000)) do
+  for _, host in ipairs(redis.call('ZRANGEBYSCORE', P .. 'busy', '-inf', now_ms, 'LIMIT', '0', '1000')) do
     redis.call('ZREM', P .. 'busy', host)  -- its worker died holding it
     redis.call('HDEL', P .. 'h:' .. host, 'owner')
     wake(host, now)
@@ -28,7 +28,7 @@ if settle then
 end
 -- The writes every URL needs go as one command each for the whole call (see add.lua).
 local out, leased_hosts, leases, owners = {}, {}, {}, {}
-local hosts = redis.call('ZRANGEBYSCORE', P .. 'ready', '-inf', now_ms, 'LIMIT', 0, max_urls)
+local hosts = redis.call('ZRANGEBYSCORE', P .. 'ready', '-inf', now_ms, 'LIMIT', '0', ARGV[3])
 if #hosts == 0 then return out end
 call_many('ZREM', P .. 'ready', hosts)
 for _, host in ipairs(hosts) do
@@ -47,7 +47,7 @@ for _, host in ipairs(hosts) do
   end
 end
 if #out > 0 then
-  redis.call('HINCRBY', P .. 'stat', 'queued', -#out)
+  redis.call('HINCRBY', P .. 'stat', 'queued', int(-#out))
   call_many('ZADD', P .. 'busy', leased_hosts)
   call_many('ZADD', P .. 'lease', leases)
   call_many('HSET', P .. 'own', owners)

@@ -1,7 +1,7 @@
 -- ARGV: P, host, status, body, fetched_at, expires, detail.  Keeps per-status counts for the metrics.
 local key = P .. 'r:' .. ARGV[2]
 local old = redis.call('HGET', key, 'status')
-if old then redis.call('HINCRBY', P .. 'stat', 'robots_' .. old, -1) end
+if old then redis.call('HINCRBY', P .. 'stat', 'robots_' .. old, '-1') end
 redis.call('HSET', key, 'status', ARGV[3], 'body', ARGV[4], 'fetched', ARGV[5], 'expires', ARGV[6], 'detail', ARGV[7])
-redis.call('HINCRBY', P .. 'stat', 'robots_' .. ARGV[3], 1)
+redis.call('HINCRBY', P .. 'stat', 'robots_' .. ARGV[3], '1')
 return 1
