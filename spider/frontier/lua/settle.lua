@@ -31,7 +31,9 @@ for i = 6, #ARGV do
       local raw = op == 'deny' and redis.call('HGET', P .. 'e', id)
       if raw then  -- never below zero
         local key = P .. 'h:' .. cjson.decode(raw).h
-        if tonumber(redis.call('HGET', key, 'admitted') or '0') > 0 then redis.call('HINCRBY', key, 'admitted', '-1') end
+        if tonumber(redis.call('HGET', key, 'admitted') or '0') > 0 then
+          redis.call('HINCRBY', key, 'admitted', '-1')
+        end
       end
       if op == 'requeue' then
         requeue(id, now)
