@@ -55,12 +55,12 @@ end
 -- more than a SETBIT a bit: Lua makes and collects a 1 KB string.)  Bit o is byte o // 8, mask 0x80 >> o % 8.
 local byte, band, rshift, floor = string.byte, bit.band, bit.rshift, math.floor
 local function has_all(key, first, st, offsets)
-  if redis.call('GETBIT', key, first * 8 + offsets[1]) == 0 then return false end
+  if redis.call('GETBIT', key, int(first * 8 + offsets[1])) == 0 then return false end
   if st[5] == 1 then  -- before lines: the line is the whole 64 KB block, too much to copy for one URL
-    for i = 2, #offsets do if redis.call('GETBIT', key, offsets[i]) == 0 then return false end end
+    for i = 2, #offsets do if redis.call('GETBIT', key, int(offsets[i])) == 0 then return false end end
     return true
   end
-  local line = redis.call('GETRANGE', key, first, first + st[3] / 8 - 1)
+  local line = redis.call('GETRANGE', key, int(first), int(first + st[3] / 8 - 1))
   for i = 2, #offsets do
     local o = offsets[i]
     if band(byte(line, floor(o / 8) + 1), rshift(128, o % 8)) == 0 then return false end
@@ -105,7 +105,8 @@ while pos <= #ARGV do
       redis.call('SET', key, string.rep('\0', stages[current][3] * stages[current][5] / 8))
     end
     made[key] = true
-    for _, o in ipairs(offsets) do redis.call('SETBIT', key, first * 8 + o, '1') end  -- '1': int() in common.lua
+    -- offsets through int() (21 SETBITs: 35 us with numbers, 27 us so), the bit as '1' (a number: 43 us)
+    for _, o in ipairs(offsets) do redis.call('SETBIT', key, int(first * 8 + o), '1') end
     admitted = admitted + 1
     if not counted then counted = {0, 0}; host_admitted[host] = counted end
     counted[2] = counted[2] + 1
