@@ -1,6 +1,7 @@
 """Benchmark: the Redis frontier's Lua scripts of a git revision against the working tree's, on one redis-server.
 
     .venv/bin/python bench/frontier_scripts_ab.py [--against HEAD~1] [--urls 10000] [--hosts 1000] [--runs 4]
+                                                  [--arguments]
 
 For changes to spider/frontier/lua/ whose effect (5-10 %) is smaller than this machine's run-to-run noise: the two
 sets of scripts run the same workload alternately (old, new, new, old, ...) in one process against one
@@ -12,6 +13,9 @@ in each phase, which leaves out the clients and the CPU time the hypervisor take
 INFO commandstats' times); the peek at every partition (peek.lua) is also given alone, and it is part of lease.
 Prints every run, the medians, and new/old per phase.  The Python side (spider/frontier/redis_backend.py) is the
 working tree's for both: a revision whose scripts take other arguments cannot be compared this way.
+
+--arguments: first, what a redis.call costs by the form of its arguments (the figures in common.lua's int()):
+each form runs 2,000 times in a loop inside one script, timed by INFO commandstats, best of 5.
 """
 from __future__ import annotations
 
@@ -89,12 +93,47 @@ def one_run(url: str, namespace: str, urls: list) -> list[float]:
             cycle * 1e6 / n]
 
 
+ARGUMENT_FORMS = {  # name -> the loop's body; `base` is a number, S the offsets as strings, A as numbers
+    "21 SETBIT, offset and bit numbers": "for i = 1, #A do redis.call('SETBIT', KEYS[1], base + A[i], 1) end",
+    "21 SETBIT, offset number, bit '1'": "for i = 1, #A do redis.call('SETBIT', KEYS[1], base + A[i], '1') end",
+    "21 SETBIT, offset int(), bit '1'":
+        "for i = 1, #A do redis.call('SETBIT', KEYS[1], string.format('%d', base + A[i]), '1') end",
+    "21 SETBIT, offset string, bit '1'": "for i = 1, #S do redis.call('SETBIT', KEYS[1], S[i], '1') end",
+    "4 ZRANGEBYSCORE LIMIT, numbers":
+        "for _, z in ipairs({'a', 'b', 'c', 'd'}) do redis.call('ZRANGEBYSCORE', z, '-inf', now, 'LIMIT', 0, 1) end",
+    "4 ZRANGEBYSCORE LIMIT, strings": "for _, z in ipairs({'a', 'b', 'c', 'd'}) do "
+                                      "redis.call('ZRANGEBYSCORE', z, '-inf', now_s, 'LIMIT', '0', '1') end",
+    "tostring(number)": "local s = tostring(now + base)",
+    "string.format('%d', number)": "local s = string.format('%d', now + base)",
+}
+
+
+def argument_forms(client: redis.Redis) -> None:
+    offsets = [str(o) for o in range(7, 8320, 397)][:21]  # 21 offsets inside one 1,040-byte line
+    client.set("ab:block", b"\0" * 65520)
+    prelude = ("local S, A = {}, {} for i = 1, #ARGV do S[i] = ARGV[i]; A[i] = tonumber(ARGV[i]) end "
+               "local now = 1764680000123 local now_s = '1764680000123' "
+               "for n = 1, 2000 do local base = (n % 60) * 8320 ")
+    print("\nwhat a redis.call costs by its arguments' form (us per loop iteration, best of 5; redis-server "
+          f"{client.info('server')['redis_version']})")
+    for name, body in ARGUMENT_FORMS.items():
+        sha = client.script_load(prelude + body + " end return 1")
+        best = float("inf")
+        for _ in range(5):
+            client.config_resetstat()
+            client.evalsha(sha, 1, "ab:block", *offsets)
+            best = min(best, client.info("commandstats")["cmdstat_evalsha"]["usec"] / 2000)
+        print(f"  {name:40s} {best:7.2f}")
+    client.delete("ab:block")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--against", default="HEAD~1", help="the git revision whose scripts are the baseline")
     ap.add_argument("--urls", type=int, default=10_000)
     ap.add_argument("--hosts", type=int, default=1_000)
-    ap.add_argument("--runs", type=int, default=4)
+    ap.add_argument("--runs", type=int, default=4, help="runs of each; 0: only --arguments")
+    ap.add_argument("--arguments", action="store_true", help="first, the cost of a redis.call by argument form")
     args = ap.parse_args()
     new_dir = redis_backend.LUA
     with tempfile.TemporaryDirectory() as tmp:
@@ -106,6 +145,8 @@ def main() -> None:
         try:
             print(f"redis-server on 127.0.0.1:{server.port}; {args.urls:,} URLs over {args.hosts:,} hosts; "
                   f"scripts of {args.against} (old) against the working tree's (new)")
+            if args.arguments:
+                argument_forms(redis.Redis.from_url(server.url))
             urls = frontier_ops.make_urls(args.urls, args.hosts)
             rows: dict[str, list[list[float]]] = {"old": [], "new": []}
             print(f"  {'':12s}" + "".join(f"{p:>22s}" for p in PHASES) + "   (redis-server CPU, us/URL)")
@@ -117,6 +158,8 @@ def main() -> None:
                     rows[name].append(row)
                     print(f"  {name} run {run + 1:<4d}" + "".join(f"{v:22.1f}" for v in row), flush=True)
             redis_backend.LUA = new_dir
+            if not args.runs:
+                return
             medians = {name: [statistics.median(col) for col in zip(*r)] for name, r in rows.items()}
             print("\nSUMMARY (medians)")
             for name in ("old", "new"):

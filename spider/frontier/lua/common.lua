@@ -9,10 +9,10 @@ local P = ARGV[1]
 -- millisecond later may come with it.
 local function ms(t) return math.floor(t * 1000) end
 
--- Redis formats every number a script hands to redis.call with snprintf("%.17g") before the command runs: ~0.7-1 us
--- each here, more than many of the commands cost (4 ZRANGEBYSCOREs took 16.5 us with numbers, 9.4 us with strings;
--- 21 SETBITs 41 us, 18 us).  So the scripts pass strings: literals quoted, ARGV as it came, and a number they compute
--- formatted once with int(), whose '%d' costs about half of '%.17g'.
+-- Redis formats every number a script hands to redis.call with snprintf("%.17g") before the command runs, at a cost
+-- of the order of a small command's: 4 ZRANGEBYSCOREs took 2.1-2.3x as long with numbers as with strings, 21 SETBITs
+-- 1.3-2x (bench/frontier_scripts_ab.py --arguments, redis 7.0).  So the scripts pass strings: literals quoted, ARGV
+-- as it came, and a number they compute formatted with int(), whose '%d' costs under half of tostring's '%.14g'.
 local function int(n) return string.format('%d', n) end
 
 -- One command over a list of arguments of any length (members, score-member or field-value pairs), in as few calls as

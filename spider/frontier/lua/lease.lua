@@ -3,7 +3,7 @@
 -- Returns {id, host, payload, expires, delay, errors, blocked, admitted} per URL.  settle 0 is for a partition whose
 -- peek.lua at the same `now` found nothing overdue: its five range reads would find nothing either (~4 us of a
 -- ~60 us call handing out two URLs), and what another client makes overdue meanwhile is settled by the next call.
-local now, max_urls, lease_s, owner = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]), ARGV[5]
+local now, max_urls, lease_s, owner = tonumber(ARGV[2]), ARGV[3], tonumber(ARGV[4]), ARGV[5]  -- max_urls: a string
 local settle = ARGV[6] ~= '0'
 local now_ms = int(ms(now))  -- the times this call hands to Redis, as strings (int() in common.lua)
 local expires = now + lease_s  -- every lease this call hands out ends then
@@ -28,7 +28,7 @@ if settle then
 end
 -- The writes every URL needs go as one command each for the whole call (see add.lua).
 local out, leased_hosts, leases, owners = {}, {}, {}, {}
-local hosts = redis.call('ZRANGEBYSCORE', P .. 'ready', '-inf', now_ms, 'LIMIT', '0', ARGV[3])
+local hosts = redis.call('ZRANGEBYSCORE', P .. 'ready', '-inf', now_ms, 'LIMIT', '0', max_urls)
 if #hosts == 0 then return out end
 call_many('ZREM', P .. 'ready', hosts)
 for _, host in ipairs(hosts) do
