@@ -111,9 +111,11 @@ while pos <= #ARGV do
     if not counted then counted = {0, 0}; host_admitted[host] = counted end
     counted[2] = counted[2] + 1
     seq = (seq or tonumber(redis.call('GET', P .. 'seq') or '0')) + 1
-    local score = int(-prio * 1e10 + seq)  -- a string, for ZADD and cjson alike (a number costs each a %.17g)
+    local score = -prio * 1e10 + seq
+    -- s stays a number in the entry: as a string, its quotes put an entry in jemalloc's next size class (201 -> 219 B
+    -- per queued URL, bench/frontier_ops.py --only memory)
     redis.call('HSET', P .. 'e', id, cjson.encode({h = host, s = score, p = payload}))
-    redis.call('ZADD', P .. 'q:' .. host, score, id)
+    redis.call('ZADD', P .. 'q:' .. host, int(score), id)
     queued = queued + 1
     out[#out + 1] = 'admitted'
   end
