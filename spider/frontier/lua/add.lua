@@ -22,16 +22,10 @@ local function stage_for(n)
 end
 -- BloomLayout Stage.positions, exact in doubles: the URL's block, the offset of its line's first byte in the block,
 -- and its bits in that line (enhanced triple hashing; before lines, enhanced double hashing over the whole block).
-local block_keys = {}  -- block * 16 + stage -> its key: the numbers in a key are formatted at ~1 us each
 local function bits(s, a, b, c, d)
   local st = stages[s]
   local m, lines = st[3], st[5]
-  local block = a % st[1]
-  local key = block_keys[block * 16 + s]
-  if not key then
-    key = P .. 'bf:' .. s .. ':' .. block
-    block_keys[block * 16 + s] = key
-  end
+  local key = P .. 'bf:' .. s .. ':' .. (a % st[1])
   local out, x, y = {}, b % m, c % m
   if lines == 1 then
     for i = 0, st[2] - 1 do
