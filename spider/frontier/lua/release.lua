@@ -15,16 +15,15 @@ if not busy then
   if stored > next_at then next_at, newer = stored, true end
 end
 redis.call('HDEL', hkey, 'owner')
-if newer then  -- the stored time and record stay
-elseif ARGV[6] then  -- times as ARGV gave them: strings (int() in common.lua)
-  redis.call('HSET', hkey, 'next', ARGV[3], 'delay', ARGV[6], 'errors', ARGV[7], 'blocked', ARGV[8])
+if ARGV[6] and not newer then
+  redis.call('HSET', hkey, 'next', next_at, 'delay', ARGV[6], 'errors', ARGV[7], 'blocked', ARGV[8])
 else
-  redis.call('HSET', hkey, 'next', ARGV[3])
+  redis.call('HSET', hkey, 'next', next_at)
 end
 redis.call('ZREM', P .. 'busy', host)
 -- wake() without its lookups: the host is no longer busy, and its next-allowed time is next_at
 if redis.call('ZCARD', P .. 'q:' .. host) > 0 then
-  redis.call('ZADD', P .. 'ready', int(ms(math.max(now, next_at))), host)
+  redis.call('ZADD', P .. 'ready', ms(math.max(now, next_at)), host)
 else
   redis.call('ZREM', P .. 'ready', host)
 end

@@ -2,7 +2,7 @@
 -- refunds the URL from its host's budget).  Only the owner's leases and holds change (an empty owner: anyone's).
 -- Returns the ids that changed.
 local op, now, t, owner = ARGV[2], tonumber(ARGV[3]), ARGV[4], ARGV[5]
-if t ~= '' then t = int(ms(tonumber(t))) end  -- the lease, hold or recrawl time, as a string (int() in common.lua)
+if t ~= '' then t = ms(tonumber(t)) end  -- the lease, hold or recrawl time
 local changed = {}
 for i = 6, #ARGV do
   local id = ARGV[i]
@@ -31,9 +31,7 @@ for i = 6, #ARGV do
       local raw = op == 'deny' and redis.call('HGET', P .. 'e', id)
       if raw then  -- never below zero
         local key = P .. 'h:' .. cjson.decode(raw).h
-        if tonumber(redis.call('HGET', key, 'admitted') or '0') > 0 then
-          redis.call('HINCRBY', key, 'admitted', '-1')
-        end
+        if tonumber(redis.call('HGET', key, 'admitted') or '0') > 0 then redis.call('HINCRBY', key, 'admitted', -1) end
       end
       if op == 'requeue' then
         requeue(id, now)
