@@ -82,12 +82,7 @@ def run_demo(cfg: DemoConfig, paths: Paths) -> dict:
     finally:
         stop(web["process"])
 
-    # the master and Spark settings come from conf/jobs.yaml, the one place they live
-    spark_submit = [str(Path(sys.executable).with_name("spark-submit")), "--master", load_jobs_config().spark.master,
-                    "--driver-memory", cfg.spark_driver_memory, "--conf", "spark.log.level=WARN"]
-    jars = sorted(Path(paths.spark_jars_dir).glob("*.jar")) if Path(paths.spark_jars_dir).is_dir() else []
-    if jars:
-        spark_submit += ["--jars", ",".join(map(str, jars))]
+    spark_submit = spark_submit_command(cfg, paths)
     # the Spark stages as users schedule them: a resumable pipeline run (jobs/pipeline.py), one session; with the
     # quality models, in two runs around their training, which reads the crawl's text (silver.documents) with
     # delta-rs: the perplexity buckets' cut-offs come from its documents in the model's language, the classifier's
@@ -120,6 +115,22 @@ def run_demo(cfg: DemoConfig, paths: Paths) -> dict:
         storage.write_text(str(Path(paths.local) / "demo" / "summary.json"), text)
     summary["summary_path"] = out
     return summary
+
+
+def spark_submit_command(cfg: DemoConfig, paths: Paths) -> list[str]:
+    """spark-submit with the master and Spark settings of conf/jobs.yaml, the one place they live.  Those Spark
+    reads only when it starts the driver's JVM (its Java options, class and library paths) go on the command line:
+    the job's own session comes too late for them."""
+    jobs = load_jobs_config()
+    command = [str(Path(sys.executable).with_name("spark-submit")), "--master", jobs.spark.master,
+               "--driver-memory", cfg.spark_driver_memory, "--conf", "spark.log.level=WARN"]
+    for key in ("spark.driver.extraJavaOptions", "spark.driver.extraClassPath", "spark.driver.extraLibraryPath"):
+        if key in jobs.spark.conf:
+            command += ["--conf", f"{key}={jobs.spark.conf[key]}"]
+    jars = sorted(Path(paths.spark_jars_dir).glob("*.jar")) if Path(paths.spark_jars_dir).is_dir() else []
+    if jars:
+        command += ["--jars", ",".join(map(str, jars))]
+    return command
 
 
 def render_js(cfg: DemoConfig) -> bool:
