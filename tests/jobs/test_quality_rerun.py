@@ -10,7 +10,7 @@ import sys
 import time
 from pathlib import Path
 
-from conftest import SMALL_DATA_JVM, SMALL_DATA_SPARK
+from conftest import SMALL_DATA_SPARK
 from test_quality_job import DOCS, prose, read, run, write_documents
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -37,8 +37,8 @@ def kill_at(point: str, lake: Path, tmp_path: Path) -> None:
     scratch = tmp_path / f"{point}.spark-scratch"
     scratch.mkdir()
     env = {**os.environ, "PYTHONPATH": str(ROOT), "SPARK_LOCAL_DIRS": str(scratch),
-           "PYSPARK_SUBMIT_ARGS": f"--driver-memory 1g --driver-java-options '-Djava.io.tmpdir={scratch} "
-                                  f"{SMALL_DATA_JVM}' {SMALL_DATA_SPARK} pyspark-shell"}
+           "PYSPARK_SUBMIT_ARGS": f"--driver-memory 1g --driver-java-options -Djava.io.tmpdir={scratch} "
+                                  f"{SMALL_DATA_SPARK} pyspark-shell"}
     with open(log, "wb") as out:
         process = subprocess.Popen(
             [sys.executable, str(Path(__file__).with_name("quality_kill_hook.py")), point, str(marker),
