@@ -11,8 +11,9 @@ local function ms(t) return math.floor(t * 1000) end
 
 -- Redis formats every number a script hands to redis.call with snprintf("%.17g") before the command runs, at a cost
 -- of the order of a small command's: 4 ZRANGEBYSCOREs took 1.6-2.4x as long with numbers as with strings, 21 SETBITs
--- 1.3-3.6x (six runs of bench/frontier_scripts_ab.py --arguments, redis 7.0, on a noisy 2-core VM).  So the scripts pass strings: literals quoted, ARGV
--- as it came, and a number they compute formatted with int(), whose '%d' costs under half of tostring's '%.14g'.
+-- 1.3-3.6x (six runs of bench/frontier_scripts_ab.py --arguments, redis 7.0, on a noisy 2-core VM).  So the scripts
+-- pass strings: literals quoted, ARGV as it came, and a number they compute formatted with int(), whose '%d' costs
+-- under half of tostring's '%.14g'.
 local function int(n) return string.format('%d', n) end
 
 -- One command over a list of arguments of any length (members, score-member or field-value pairs), in as few calls as
