@@ -6,6 +6,7 @@ import gzip
 import io
 import json
 import os
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -67,22 +68,31 @@ PAGES = [
 ]
 
 
+def record_id(path: Path, index: int, page: Page, kind: str) -> str:
+    """The same WARC-Record-ID in every run for the same file name and page (warcio would draw a random uuid4):
+    doc_id is its hash, and the export's seeded shuffle orders by doc_id, so a test's order is the same each run."""
+    return f"<urn:uuid:{uuid.uuid5(uuid.NAMESPACE_URL, f'{path.name}#{index}#{kind}#{page.url}')}>"
+
+
 def write_warc(path: Path, pages: list[Page]) -> list[str]:
     """A WARC/1.1 file as the spider writes it (SEAMS §2); returns the response record ids."""
     ids = []
     with open(path, "wb") as out:
         writer = WARCWriter(out, gzip=True, warc_version="WARC/1.1")
         writer.write_record(writer.create_warcinfo_record(path.name, {"software": "weblm tests"}))
-        for page in pages:
+        for index, page in enumerate(pages):
             body = gzip.compress(page.body, mtime=0) if page.encoding == "gzip" else page.body
             headers = [("Content-Type", page.content_type), ("Content-Length", str(len(body)))]
             if page.encoding:
                 headers.append(("Content-Encoding", page.encoding))
             reason = "OK" if page.status == 200 else "Not Found"
             http = StatusAndHeaders(f"{page.status} {reason}", headers, protocol="HTTP/1.1")
-            response = writer.create_warc_record(page.url, "response", payload=io.BytesIO(body), http_headers=http)
+            response = writer.create_warc_record(page.url, "response", payload=io.BytesIO(body), http_headers=http,
+                                                 warc_headers_dict={"WARC-Record-ID": record_id(path, index, page,
+                                                                                                "response")})
             request = writer.create_warc_record(
                 page.url, "request", payload=io.BytesIO(b""),
+                warc_headers_dict={"WARC-Record-ID": record_id(path, index, page, "request")},
                 http_headers=StatusAndHeaders(f"GET {page.url} HTTP/1.1", [("Host", "x")], is_http_request=True))
             request.rec_headers.add_header("WARC-Concurrent-To", response.rec_headers.get_header("WARC-Record-ID"))
             writer.write_record(request)
