@@ -135,7 +135,8 @@ def drain(f, lease_batch: int, probe=None) -> tuple[int, float, float]:
             continue
         for item in got:  # a fetch's outcome, applied as a scheduler tick applies it (FrontierBackend.apply)
             now = time.time()
-            f.apply([("fetched", ([item.id], now + LEASE_S)), ("release_host", (item.host, now))])
+            f.apply([("fetched", ([item.id], now + LEASE_S)),
+                     ("release_host", (item.host, now, None, item.host_lease))])
         f.apply([("ack", ([item.id for item in got], None, time.time()))])
         n += len(got)
     return n, in_lease, time.perf_counter() - started - probing

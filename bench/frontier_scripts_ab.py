@@ -81,7 +81,7 @@ def one_run(url: str, namespace: str, urls: list) -> list[float]:
             continue
         for item in got:
             t = time.time()
-            f.apply([("fetched", ([item.id], t + LEASE_S)), ("release_host", (item.host, t))])
+            f.apply([("fetched", ([item.id], t + LEASE_S)), ("release_host", (item.host, t, None, item.host_lease))])
         f.apply([("ack", ([item.id for item in got], None, time.time()))])
         cycle += server_cpu(client) - leased_at
         leased += len(got)

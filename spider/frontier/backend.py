@@ -24,7 +24,10 @@ it: fetched(), renew(), requeue(), ack() and release_host() change only the call
 hosts.  A worker that stalled past its lease (a long GC pause, a network partition from the store) and wakes up
 after another worker leased the URL again therefore cannot end, requeue or extend that lease, nor free the host
 while the other fetch runs.  The one exception is ack(anyone=True): a WARC file left by a dead process and
-recovered by another is durable whoever holds its URLs now.
+recovered by another is durable whoever holds its URLs now.  A host's leases are numbered (`Leased.host_lease`), and
+a release names the lease it ends: so even the same worker, which leased a host again after its first lease of it
+lapsed, cannot end the new lease with the old one's release, and which of two fetches was the later one is known
+exactly, whatever the workers' clocks say.
 """
 from __future__ import annotations
 
@@ -65,6 +68,7 @@ class Leased:
     payload: str
     expires: float
     host_state: HostState = field(default_factory=HostState)
+    host_lease: int = 0  # the host's leases so far, this one included: release_host() names the lease it ends
 
 
 @dataclass(frozen=True)
@@ -156,13 +160,18 @@ class FrontierBackend(ABC):
         queued again."""
 
     @abstractmethod
-    def release_host(self, host: str, next_at: float, state: HostState | None = None) -> bool:
-        """The busy host's fetch is over: it may be asked again at `next_at`; `state` (delay, errors, Retry-After
-        block) replaces its stored politeness record when given.  Idle again if nothing is queued for it.  A host
-        busy with another owner's lease is left alone (returns False): this caller's own lease of it expired.  A host
-        nobody holds keeps its next-allowed time where that is later than `next_at`, and its politeness record with
-        it: the late release of an expired lease must not cut short the delay of a fetch another worker made from
-        the host since, nor replace what that fetch recorded."""
+    def release_host(self, host: str, next_at: float, state: HostState | None = None,
+                     host_lease: int | None = None) -> bool:
+        """The host's fetch is over: it may be asked again at `next_at`; `state` (delay, errors, Retry-After
+        block) replaces its stored politeness record when given.  Idle again if nothing is queued for it.
+        `host_lease` is the `Leased.host_lease` of the lease this ends.  A host busy with another lease is left
+        alone (returns False): the caller's lease of it lapsed and the host was leased again.  A host nobody holds
+        (the caller's lease lapsed) keeps its next-allowed time where that is later than `next_at`, and keeps its
+        politeness record when it was leased since: the late release of a lapsed lease must not cut short the
+        delay of a fetch another worker made from the host since, nor replace what that fetch recorded.
+        Without `host_lease` (a caller that does not know the lease), a busy host is the caller's if its owner
+        holds it, and a record is replaced only with the later next-allowed time: right unless the workers'
+        clocks disagree by more than a host's delay."""
 
     @abstractmethod
     def requeue(self, ids: list[str], now: float, payloads: dict[str, str] | None = None) -> None:

@@ -37,7 +37,8 @@ CREATE TABLE IF NOT EXISTS hosts (
     errors INTEGER NOT NULL DEFAULT 0,
     blocked_until REAL NOT NULL DEFAULT 0.0,
     admitted INTEGER NOT NULL DEFAULT 0,
-    owner TEXT
+    owner TEXT,
+    leases INTEGER NOT NULL DEFAULT 0
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS hosts_by_time ON hosts (state, at);
 CREATE TABLE IF NOT EXISTS urls (
@@ -166,11 +167,14 @@ class SqliteFrontier(FrontierBackend):
     atomic_batches = True
 
     def _add_owner_columns(self) -> None:
-        """A frontier file written before leases had owners gets the columns (NULL: anyone's)."""
+        """A frontier file written before leases had owners gets the columns (NULL: anyone's), and before a host's
+        leases were numbered, the count (0: a release that names a lease finds a later one and keeps the record)."""
         with self._transaction() as db:
             for table in ("urls", "hosts"):
                 if "owner" not in {row[1] for row in db.execute(f"PRAGMA table_info({table})")}:
                     db.execute(f"ALTER TABLE {table} ADD COLUMN owner TEXT")
+            if "leases" not in {row[1] for row in db.execute("PRAGMA table_info(hosts)")}:
+                db.execute("ALTER TABLE hosts ADD COLUMN leases INTEGER NOT NULL DEFAULT 0")
 
     @contextmanager
     def batch(self):
@@ -267,9 +271,10 @@ class SqliteFrontier(FrontierBackend):
                     seq, id_, payload = row
                     db.execute("UPDATE urls SET state = 'leased', until = ?, owner = ? WHERE seq = ?",
                                (until, self.owner, seq))
-                    db.execute("UPDATE hosts SET state = 'busy', at = ?, owner = ? WHERE host = ?",
-                               (until, self.owner, host))
-                    out.append(Leased(id_, host, payload, until, HostState(delay_s, errors, blocked_until, admitted)))
+                    numbered, = db.execute("UPDATE hosts SET state = 'busy', at = ?, owner = ?, leases = leases + 1 "
+                                           "WHERE host = ? RETURNING leases", (until, self.owner, host)).fetchone()
+                    out.append(Leased(id_, host, payload, until, HostState(delay_s, errors, blocked_until, admitted),
+                                      numbered))
         return out
 
     def _reap(self, db: sqlite3.Connection, now: float) -> None:
@@ -285,23 +290,30 @@ class SqliteFrontier(FrontierBackend):
         db.execute(f"UPDATE hosts SET state = CASE WHEN {_HAS_QUEUED} THEN 'queued' ELSE 'idle' END, owner = NULL "
                    "WHERE state = 'busy' AND at <= ?", (now,))
 
-    def release_host(self, host: str, next_at: float, state: HostState | None = None) -> bool:
+    def release_host(self, host: str, next_at: float, state: HostState | None = None,
+                     host_lease: int | None = None) -> bool:
         with self._transaction() as db:
             db.execute("INSERT OR IGNORE INTO hosts (host, state) VALUES (?, 'idle')", (host,))
-            # a host nobody holds gets a late release (its worker's lease expired; another worker may have fetched
-            # from it since): a later next-allowed time, and the politeness record with it, stay.  A busy host's
-            # `at` is its lease's expiry.
-            stored, at = db.execute("SELECT state, at FROM hosts WHERE host = ?", (host,)).fetchone()
-            newer = stored != "busy" and at is not None and at > next_at
-            released = db.execute(
-                f"UPDATE hosts SET at = :at, owner = NULL, "
-                f"state = CASE WHEN {_HAS_QUEUED} THEN 'queued' ELSE 'idle' END "
-                f"WHERE host = :host AND (state != 'busy' OR {_MINE})",
-                {"at": at if newer else next_at, "host": host, "owner": self.owner}).rowcount
-            if released and state is not None and not newer:  # `admitted` stays the stored count (others admit)
+            # A busy host's `at` is its lease's expiry.  A host nobody holds gets a late release (its worker's lease
+            # expired; another worker may have fetched from it since): a later next-allowed time stays, and the
+            # politeness record too when the host was leased since (or, not knowing the lease, with the later time).
+            stored, at, owner, leases = db.execute("SELECT state, at, owner, leases FROM hosts WHERE host = ?",
+                                                   (host,)).fetchone()
+            later = stored != "busy" and at is not None and at > next_at
+            if host_lease is None:  # the lease not named: a busy host is its owner's, the later time's record stays
+                current, keep_record = owner in (None, self.owner), later
+            else:  # no lease of the host since the one this release ends
+                current = host_lease == leases
+                keep_record = not current
+            if stored == "busy" and not current:
+                return False
+            db.execute(f"UPDATE hosts SET at = :at, owner = NULL, "
+                       f"state = CASE WHEN {_HAS_QUEUED} THEN 'queued' ELSE 'idle' END WHERE host = :host",
+                       {"at": at if later else next_at, "host": host})
+            if state is not None and not keep_record:  # `admitted` stays the stored count (others admit)
                 db.execute("UPDATE hosts SET delay_s = ?, errors = ?, blocked_until = ? WHERE host = ?",
                            (state.delay_s, state.errors, state.blocked_until, host))
-            return bool(released)
+            return True
 
     def requeue(self, ids: list[str], now: float, payloads: dict[str, str] | None = None) -> None:
         with self._transaction() as db:

@@ -11,7 +11,7 @@ Cluster.  A partition holds, under `<namespace>:{p}:`:
     lease     zset   id by expiry;  held: id by expiry (fetched, record not yet durable);  due: id by refetch time
               (these five sorted sets keep times as whole milliseconds: common.lua says why)
     own       hash   id -> owner of its lease or hold (backend.py: only the owner may change them)
-    h:<host>  hash   next, delay, errors, blocked, admitted, owner (of the lease it is busy with)
+    h:<host>  hash   next, delay, errors, blocked, admitted, owner (of the lease it is busy with), leases (count)
     r:<host>  hash   robots.txt record
     bf:<stage>:<block> string  Bloom filter blocks (spider/frontier/bloom.py);  bm hash: admitted
     dg        hash   payload digest -> first capture;  stat hash: queued, expired_leases, robots_<status>
@@ -255,17 +255,19 @@ class RedisFrontier(FrontierBackend):
             results.append((p, rows))
         for p, rows in results:
             for row in rows:
-                id_, host, payload, expires, delay, errors, blocked, admitted = (v.decode() for v in row)
+                id_, host, payload, expires, delay, errors, blocked, admitted, numbered = (v.decode() for v in row)
                 self._where[id_] = p
                 out.append(Leased(id_, host, payload, float(expires),
-                                  HostState(float(delay), int(errors), float(blocked), int(admitted))))
+                                  HostState(float(delay), int(errors), float(blocked), int(admitted)), int(numbered)))
         return out
 
-    def release_host(self, host: str, next_at: float, state: HostState | None = None) -> bool:
-        return bool(self._call(self._release(host, next_at, state))[0])
+    def release_host(self, host: str, next_at: float, state: HostState | None = None,
+                     host_lease: int | None = None) -> bool:
+        return bool(self._call(self._release(host, next_at, state, host_lease))[0])
 
-    def _release(self, host: str, next_at: float, state: HostState | None = None) -> list[Command]:
-        args = [host, repr(next_at), repr(next_at), self.owner]
+    def _release(self, host: str, next_at: float, state: HostState | None = None,
+                 host_lease: int | None = None) -> list[Command]:
+        args = [host, repr(next_at), repr(next_at), self.owner, "" if host_lease is None else host_lease]
         if state is not None:
             args += [repr(state.delay_s), state.errors, repr(state.blocked_until)]
         return [self._script("release", self.partition(host), args)]

@@ -102,7 +102,7 @@ class FrontierScheduler(BaseScheduler):
         self._opened = time.monotonic()
         self._saw_work = True
         self._loop: task.LoopingCall | None = None
-        self._robots_in_flight: dict[str, str] = {}  # at close: robots key -> host to release at its answer
+        self._robots_in_flight: dict[str, Leased] = {}  # at close: robots key -> the lease whose host to release
         self.admission: Admission | None = None
 
     @classmethod
@@ -141,8 +141,9 @@ class FrontierScheduler(BaseScheduler):
         parked = [r.meta[LEASE_META] for _, _, r in self._delayed if r.meta.get(LEASE_META) in self._in_hand]
         unsent += parked
         # a host whose robots.txt is in flight is released at its answer
-        hosts = {item.lease.host for item in self._buffer} | {self._in_hand[id_].lease.host for id_ in parked}
-        self._robots_in_flight = {key: items[0].lease.host for key, items in self._robots_waiting.items() if items}
+        hosts = {item.lease.host: item.lease for item in self._buffer}
+        hosts.update((lease.host, lease) for lease in (self._in_hand[id_].lease for id_ in parked))
+        self._robots_in_flight = {key: items[0].lease for key, items in self._robots_waiting.items() if items}
         self._buffer.clear()
         self._robots_waiting.clear()
         self._delayed.clear()
@@ -151,8 +152,8 @@ class FrontierScheduler(BaseScheduler):
             self._op("requeue", unsent, now)
             for id_ in unsent:
                 self._in_hand.pop(id_, None)
-        for host in hosts:  # one delay on: a parked URL's host has just answered its robots.txt
-            self._op("release_host", host, now + self.cfg.download_delay_s)
+        for lease in hosts.values():  # one delay on: a parked URL's host has just answered its robots.txt
+            self._op("release_host", lease.host, now + self.cfg.download_delay_s, None, lease.host_lease)
         logger.info("frontier: closing (%s): %d URL(s) handed back unsent", reason, len(unsent))
 
     def has_pending_requests(self) -> bool:
@@ -238,7 +239,8 @@ class FrontierScheduler(BaseScheduler):
         if rules.allowed(item.url, self.user_agent):
             return self._send(item)
         self._deny(item, rules, now)
-        self._op("release_host", host, now)  # nothing was sent: the host's last fetch ended long enough ago
+        # nothing was sent: the host's last fetch ended long enough ago
+        self._op("release_host", host, now, None, item.lease.host_lease)
         return None
 
     def _deny(self, item: InHand, rules: robotstxt.Robots, now: float) -> None:
@@ -309,9 +311,9 @@ class FrontierScheduler(BaseScheduler):
                            "(RFC 9309 §2.3.1.2)", host, self.cfg.frontier.robots_max_redirects)
         waiting = self._robots_waiting.pop(host, [])
         if self._closing:  # close() handed the URLs back; the host is free once this answer is in
-            leased_host = self._robots_in_flight.pop(host, None)
-            if leased_host is not None:
-                self._op("release_host", leased_host, now + self.cfg.download_delay_s)
+            lease = self._robots_in_flight.pop(host, None)
+            if lease is not None:
+                self._op("release_host", lease.host, now + self.cfg.download_delay_s, None, lease.host_lease)
             return
         if not waiting:
             return
@@ -338,7 +340,7 @@ class FrontierScheduler(BaseScheduler):
                 for i in allowed[1:]:
                     self._forget(i.lease.id)
         else:
-            self._op("release_host", waiting[0].lease.host, next_at, state)
+            self._op("release_host", waiting[0].lease.host, next_at, state, waiting[0].lease.host_lease)
 
     def _park(self, request: Request, not_before: float) -> None:
         heapq.heappush(self._delayed, (not_before, next(self._seq), request))
@@ -357,7 +359,7 @@ class FrontierScheduler(BaseScheduler):
         self._held.add(lease_id)
         item.record_id = None  # WarcCaptureMiddleware (950) names the record next, in the same response chain
         self._op("fetched", [lease_id], now + self.cfg.frontier.lease_s)
-        self._op("release_host", item.lease.host, next_at, state)
+        self._op("release_host", item.lease.host, next_at, state, item.lease.host_lease)
         self._kick()
         # once the host is due, at a random point of the refill period: no head start over the other workers
         _reactor().callLater(max(0.0, next_at - now) + random.uniform(0, self.cfg.frontier.refill_every_s), self._kick)
@@ -500,7 +502,7 @@ class FrontierScheduler(BaseScheduler):
             self._in_hand[lease.id] = item
             if self._closing:
                 self._op("requeue", [lease.id], now)
-                self._op("release_host", lease.host, now)
+                self._op("release_host", lease.host, now, None, lease.host_lease)
                 self._forget(lease.id)
             else:
                 self._buffer.append(item)
@@ -549,7 +551,7 @@ class FrontierScheduler(BaseScheduler):
         self.stats.inc_value("weblm/frontier/lapsed_unsent")
         self._forget(item.lease.id)
         self._op("requeue", [item.lease.id], now)
-        self._op("release_host", item.lease.host, now)
+        self._op("release_host", item.lease.host, now, None, item.lease.host_lease)
         return True
 
     def _wake_engine(self) -> None:
@@ -589,8 +591,8 @@ class FrontierScheduler(BaseScheduler):
         backend = self._backend
         if backend is None:
             return
-        for host in self._robots_in_flight.values():  # never answered before the engine stopped
-            self._op("release_host", host, time.time() + self.cfg.download_delay_s)
+        for lease in self._robots_in_flight.values():  # never answered before the engine stopped
+            self._op("release_host", lease.host, time.time() + self.cfg.download_delay_s, None, lease.host_lease)
         ops, self._ops = self._ops, []
         adds, self._adds = self._adds, []
         try:

@@ -1,7 +1,8 @@
 -- ARGV: P, now, max_urls, lease_s, owner, settle (1/0).  With settle: reaps expired leases and holds, queues due
 -- recrawls and frees the busy hosts of dead workers; then hands out one URL per ready host, owned by `owner`.
--- Returns {id, host, payload, expires, delay, errors, blocked, admitted} per URL.  settle 0 is for a partition whose
--- peek.lua at the same `now` found nothing overdue: its five range reads would find nothing either (~4 us of a
+-- Returns {id, host, payload, expires, delay, errors, blocked, admitted, host_lease} per URL; host_lease: the host's
+-- leases so far, this one included (release.lua tells a lapsed lease's release by it).  settle 0 is for a partition
+-- whose peek.lua at the same `now` found nothing overdue: its five range reads would find nothing either (~4 us of a
 -- ~60 us call handing out two URLs), and what another client makes overdue meanwhile is settled by the next call.
 local now, max_urls, lease_s, owner = tonumber(ARGV[2]), ARGV[3], tonumber(ARGV[4]), ARGV[5]  -- max_urls: a string
 local settle = ARGV[6] ~= '0'
@@ -41,9 +42,10 @@ for _, host in ipairs(hosts) do
     owners[n + 1], owners[n + 2] = id, owner
     local hkey = P .. 'h:' .. host
     local h = redis.call('HMGET', hkey, 'delay', 'errors', 'blocked', 'admitted')
+    local numbered = redis.call('HINCRBY', hkey, 'leases', '1')
     redis.call('HSET', hkey, 'owner', owner)
     local e = cjson.decode(redis.call('HGET', P .. 'e', id))
-    out[#out + 1] = {id, host, e.p, expires_s, h[1] or '-1', h[2] or '0', h[3] or '0', h[4] or '0'}
+    out[#out + 1] = {id, host, e.p, expires_s, h[1] or '-1', h[2] or '0', h[3] or '0', h[4] or '0', int(numbered)}
   end
 end
 if #out > 0 then

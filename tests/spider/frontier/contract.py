@@ -241,6 +241,53 @@ class FrontierContract:
         finally:
             other.close()
 
+    def test_a_release_names_its_lease_so_the_same_workers_lapsed_lease_cannot_end_its_next(self, fb):
+        fb.add([url(f"http://a.test/{i}") for i in (1, 2)], T0, 0)
+        (first,) = fb.lease(1, T0, 30)
+        (again,) = fb.lease(1, T0 + 31, 30)  # this worker's own lease lapsed, and it leased the host again
+        assert again.id == first.id and again.host_lease == first.host_lease + 1
+        # the first lease's fetch ends late: the worker owns the host's lease, but not that one
+        assert fb.release_host("a.test", T0 + 32, HostState(2.0, 0, 0.0, 0), first.host_lease) is False
+        assert fb.apply([("release_host", ("a.test", T0 + 32, None, first.host_lease))]) is None
+        assert fb.lease(5, T0 + 33, 30) == []  # still busy: the second fetch is in flight
+        assert fb.counts(T0 + 33)["busy_hosts"] == 1
+        assert fb.release_host("a.test", T0 + 40, HostState(3.0, 0, 0.0, 0), again.host_lease) is True
+        assert fb.host_state("a.test").delay_s == 3.0
+        assert fb.lease(5, T0 + 39.9, 30) == []
+        (third,) = fb.lease(5, T0 + 40, 30)
+        assert urls_of([third]) == ["http://a.test/2"] and third.host_lease == again.host_lease + 1
+
+    def test_a_late_release_keeps_the_record_of_a_fetch_made_since_whatever_the_clocks_say(self, fb):
+        fb.add([url(f"http://a.test/{i}") for i in (1, 2)], T0, 0)
+        stale, other = fb, self.reopen(fb)
+        try:
+            (item,) = stale.lease(1, T0, 30)
+            (again,) = other.lease(1, T0 + 31, 30)
+            assert other.release_host("a.test", T0 + 36, HostState(5.0, 1, 0.0, 0), again.host_lease) is True
+            other.ack([again.id], None, T0 + 31)
+            # the stale worker's clock runs 100 s ahead: its release says a later time than the other fetch's
+            stale.release_host("a.test", T0 + 140, HostState(2.0, 0, 0.0, 0), item.host_lease)
+            state = stale.host_state("a.test")
+            assert (state.delay_s, state.errors) == (5.0, 1)  # the record of the later lease stays
+            assert other.lease(5, T0 + 139, 30) == []  # and the later of the two times: never too early
+            assert urls_of(other.lease(5, T0 + 140, 30)) == ["http://a.test/2"]
+        finally:
+            other.close()
+
+    def test_a_lapsed_lease_that_nobody_took_over_is_still_the_hosts_last_fetch(self, fb):
+        fb.add([url(f"http://a.test/{i}") for i in (1, 2)] + [url("http://b.test/1")], T0, 0)
+        fb.release_host("a.test", T0 - 1, HostState(1.0, 0, 0.0, 0))  # a record from an earlier fetch
+        (item,) = fb.lease(1, T0, 30)
+        assert item.host == "a.test"
+        # the lease lapses and is reaped, but the next lease goes to b.test, which waited longer
+        assert [lease.host for lease in fb.lease(1, T0 + 31, 30)] == ["b.test"]
+        # the fetch ended after the lease's expiry, and no worker leased the host meanwhile: its record stands
+        assert fb.release_host("a.test", T0 + 45, HostState(4.0, 2, 0.0, 0), item.host_lease) is True
+        state = fb.host_state("a.test")
+        assert (state.delay_s, state.errors) == (4.0, 2)
+        assert fb.lease(5, T0 + 44, 30) == []
+        assert urls_of(fb.lease(5, T0 + 45, 30)) == ["http://a.test/1"]  # the lapsed URL comes back first
+
     def test_operations_applied_together_do_what_each_call_does(self, fb):
         fb.add([url(f"http://{h}.test/{i}") for h in "abc" for i in (1, 2)], T0, 0)
         a, b, c = sorted(fb.lease(3, T0, 30), key=lambda item: item.host)

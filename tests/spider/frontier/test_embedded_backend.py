@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from spider.frontier.backend import DigestSeen
+from spider.frontier.backend import DigestSeen, HostState
 from spider.frontier.bloom import BloomLayout
 from spider.frontier.embedded import SqliteFrontier
 from tests.spider.frontier.contract import SMALL, T0, FrontierContract, url, urls_of
@@ -160,20 +160,27 @@ def test_a_batch_is_one_transaction_that_a_failure_undoes(tmp_path):
     fb.close()
 
 
-def test_a_frontier_file_from_before_lease_owners_gets_them_and_its_leases_stay_anyones(tmp_path):
+def _a_file_from_before(tmp_path, columns: list[tuple[str, str]]):
+    """A frontier file with two URLs of a.test, the first leased at T0 for 60 s, as an earlier version wrote it:
+    without these (table, column)s.  Reopened: they are back.  Returns its path, the lease and the reopened one."""
     path = tmp_path / "frontier.sqlite"
     fb = SqliteFrontier(str(path), SMALL)
     fb.add([url("http://a.test/1"), url("http://a.test/2")], T0, 0)
     (old,) = fb.lease(1, T0, 60)
     fb.close()
-    with sqlite3.connect(path) as db:  # the file as an earlier version wrote it: no owner columns
-        for table in ("urls", "hosts"):
-            db.execute(f"ALTER TABLE {table} DROP COLUMN owner")
+    with sqlite3.connect(path) as db:
+        for table, column in columns:
+            db.execute(f"ALTER TABLE {table} DROP COLUMN {column}")
     fb = SqliteFrontier(str(path), SMALL)
+    with sqlite3.connect(path) as db:
+        for table, column in columns:
+            assert column in {row[1] for row in db.execute(f"PRAGMA table_info({table})")}
+    return path, old, fb
+
+
+def test_a_frontier_file_from_before_lease_owners_gets_them_and_its_leases_stay_anyones(tmp_path):
+    path, old, fb = _a_file_from_before(tmp_path, [("urls", "owner"), ("hosts", "owner")])
     try:
-        with sqlite3.connect(path) as db:
-            for table in ("urls", "hosts"):
-                assert "owner" in {row[1] for row in db.execute(f"PRAGMA table_info({table})")}
         # the lease taken before owners has none: the restarted worker may still finish it
         fb.fetched([old.id], T0 + 100)
         assert fb.ack([old.id], None, T0 + 1) == 1
@@ -185,5 +192,19 @@ def test_a_frontier_file_from_before_lease_owners_gets_them_and_its_leases_stay_
             assert other.ack([new.id], None, T0 + 2) == 0 and other.release_host("a.test", T0 + 2) is False
         finally:
             other.close()
+    finally:
+        fb.close()
+
+
+def test_a_frontier_file_from_before_lease_numbers_gets_them(tmp_path):
+    _, old, fb = _a_file_from_before(tmp_path, [("hosts", "leases")])
+    try:
+        # the restarted worker's lease of the host before the upgrade lapses; its next lease of it is the first counted
+        (again,) = fb.lease(1, T0 + 61, 60)
+        assert again.id == old.id and again.host_lease == 1
+        assert fb.release_host("a.test", T0 + 62, HostState(2.0, 0, 0.0, 0), again.host_lease) is True
+        assert fb.host_state("a.test").delay_s == 2.0 and fb.counts(T0 + 62)["busy_hosts"] == 0
+        (new,) = fb.lease(1, T0 + 62, 60)
+        assert new.host_lease == 2 and fb.release_host("a.test", T0 + 63, None, 1) is False
     finally:
         fb.close()
