@@ -7,8 +7,10 @@ DataLoader workers do.  Set by `spark.python.daemon.module` in conf/jobs.yaml; S
 
 pandas and pyarrow are not imported here: they start threads as they are imported, and a fork copies no thread
 (pyspark's daemon imports its worker after the fork for that reason).  torch and numpy start none that a forked
-worker needs (checked: tests/jobs/test_worker_daemon.py).  Where megatron-core is not installed (an executor
-image without the trainer's packages), the daemon runs as pyspark's own and the shard writer says what is missing.
+worker needs (checked: tests/jobs/test_worker_daemon.py), and on a GPU executor the preload leaves CUDA
+uninitialised (trainer/__init__.py asks NVML how many GPUs there are), so a forked worker can still use it.
+Where megatron-core is not installed (an executor image without the trainer's packages), the daemon runs as
+pyspark's own and the shard writer says what is missing.
 """
 from __future__ import annotations
 

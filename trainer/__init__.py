@@ -22,7 +22,7 @@ class _MegatronWithoutCompile(importlib.abc.MetaPathFinder):
     megatron.core decorates its fused kernels with torch.compile (its `jit_fuser`) as it is imported, and the
     first decoration imports torch's dynamo and inductor: 3-4 s of every process that imports megatron (each
     torchrun rank, each Spark worker that writes shards).  Without CUDA those kernels never run: the cpu
-    backend turns every fusion off (trainer/model.py).  With CUDA, megatron is imported untouched.
+    backend turns every fusion off (trainer/model.py).  With a GPU, megatron is imported untouched.
     Not a library's job: torch and megatron offer no switch for the decoration itself (read, megatron-core 0.16).
     """
 
@@ -38,7 +38,9 @@ class _MegatronWithoutCompile(importlib.abc.MetaPathFinder):
         def exec_module(module):
             import torch
 
-            if torch.cuda.is_available():
+            # device_count(), not is_available(): it asks NVML, so a process that forks after this import (Spark's
+            # worker daemon, jobs/worker_daemon.py) has not initialised CUDA, which forked children cannot use then
+            if torch.cuda.device_count() > 0:
                 return run_module(module)
             compile_ = torch.compile
             torch.compile = _identity_compile

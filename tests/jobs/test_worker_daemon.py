@@ -3,10 +3,15 @@ already imported, and work after the fork: numpy's and torch's own threads come 
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
+import textwrap
+from pathlib import Path
 
 from jobs import worker_daemon
 from jobs.config import load_jobs_config
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_the_jobs_sessions_run_their_workers_from_the_preloading_daemon():
@@ -42,3 +47,27 @@ def test_a_module_that_cannot_be_imported_is_named_and_the_daemon_goes_on(monkey
     monkeypatch.setattr(worker_daemon, "PRELOADED", ("trainer", "weblm_no_such_module"))
     assert worker_daemon.preload() == ["weblm_no_such_module"]
     assert "weblm_no_such_module not preloaded" in capsys.readouterr().err
+
+
+def test_on_a_gpu_machine_the_daemon_forks_without_having_initialised_cuda():
+    """CUDA cannot be used in a child forked after the parent initialised it (torch's "poison fork"); asking CUDA's
+    runtime how many devices there are initialises it.  On a machine whose NVML sees a GPU (simulated: NVML's count
+    is 1 here), the preload asks NVML only, and megatron is imported as it is on a GPU (its kernels compiled)."""
+    script = textwrap.dedent("""
+        import torch
+
+        asked = []
+        count = torch._C._cuda_getDeviceCount
+        torch._C._cuda_getDeviceCount = lambda: asked.append(1) or count()
+        torch.cuda._device_count_nvml = lambda: 1
+        compiled = []
+        compile_ = torch.compile
+        torch.compile = lambda *a, **k: compiled.append(1) or compile_(*a, **k)
+        from jobs import worker_daemon
+
+        assert worker_daemon.preload() == []
+        print(len(asked), len(compiled) > 0)
+    """)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.split() == ["0", "True"]
