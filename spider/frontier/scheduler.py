@@ -153,7 +153,7 @@ class FrontierScheduler(BaseScheduler):
             for id_ in unsent:
                 self._in_hand.pop(id_, None)
         for lease in hosts.values():  # one delay on: a parked URL's host has just answered its robots.txt
-            self._op("release_host", lease.host, now + self.cfg.download_delay_s, None, lease.host_lease)
+            self._release(lease, now + self.cfg.download_delay_s)
         logger.info("frontier: closing (%s): %d URL(s) handed back unsent", reason, len(unsent))
 
     def has_pending_requests(self) -> bool:
@@ -225,7 +225,6 @@ class FrontierScheduler(BaseScheduler):
     def _dispatch(self, item: InHand, now: float) -> Request | None:
         if self._lapsed(item, now):
             return None
-        host = item.lease.host
         key = robots_key(item.url)
         rules = self._robots.get(key)
         if not self.cfg.obey_robots:
@@ -239,8 +238,7 @@ class FrontierScheduler(BaseScheduler):
         if rules.allowed(item.url, self.user_agent):
             return self._send(item)
         self._deny(item, rules, now)
-        # nothing was sent: the host's last fetch ended long enough ago
-        self._op("release_host", host, now, None, item.lease.host_lease)
+        self._release(item.lease, now)  # nothing was sent: the host's last fetch ended long enough ago
         return None
 
     def _deny(self, item: InHand, rules: robotstxt.Robots, now: float) -> None:
@@ -313,7 +311,7 @@ class FrontierScheduler(BaseScheduler):
         if self._closing:  # close() handed the URLs back; the host is free once this answer is in
             lease = self._robots_in_flight.pop(host, None)
             if lease is not None:
-                self._op("release_host", lease.host, now + self.cfg.download_delay_s, None, lease.host_lease)
+                self._release(lease, now + self.cfg.download_delay_s)
             return
         if not waiting:
             return
@@ -340,7 +338,7 @@ class FrontierScheduler(BaseScheduler):
                 for i in allowed[1:]:
                     self._forget(i.lease.id)
         else:
-            self._op("release_host", waiting[0].lease.host, next_at, state, waiting[0].lease.host_lease)
+            self._release(waiting[0].lease, next_at, state)
 
     def _park(self, request: Request, not_before: float) -> None:
         heapq.heappush(self._delayed, (not_before, next(self._seq), request))
@@ -359,7 +357,7 @@ class FrontierScheduler(BaseScheduler):
         self._held.add(lease_id)
         item.record_id = None  # WarcCaptureMiddleware (950) names the record next, in the same response chain
         self._op("fetched", [lease_id], now + self.cfg.frontier.lease_s)
-        self._op("release_host", item.lease.host, next_at, state, item.lease.host_lease)
+        self._release(item.lease, next_at, state)
         self._kick()
         # once the host is due, at a random point of the refill period: no head start over the other workers
         _reactor().callLater(max(0.0, next_at - now) + random.uniform(0, self.cfg.frontier.refill_every_s), self._kick)
@@ -420,6 +418,11 @@ class FrontierScheduler(BaseScheduler):
     # --- the background thread -----------------------------------------------------------------------
     def _op(self, name: str, *args: Any) -> None:
         self._ops.append((name, args))
+
+    def _release(self, lease: Leased, next_at: float, state: HostState | None = None) -> None:
+        """The lease's host may be asked again at `next_at`; the release names the lease it ends, so a lapsed one
+        cannot free the host from a newer lease (FrontierBackend.release_host)."""
+        self._op("release_host", lease.host, next_at, state, lease.host_lease)
 
     def _kick(self) -> None:
         """Tick as soon as the thread is free: a released host or new URLs should not wait for the timer."""
@@ -502,7 +505,7 @@ class FrontierScheduler(BaseScheduler):
             self._in_hand[lease.id] = item
             if self._closing:
                 self._op("requeue", [lease.id], now)
-                self._op("release_host", lease.host, now, None, lease.host_lease)
+                self._release(lease, now)
                 self._forget(lease.id)
             else:
                 self._buffer.append(item)
@@ -551,7 +554,7 @@ class FrontierScheduler(BaseScheduler):
         self.stats.inc_value("weblm/frontier/lapsed_unsent")
         self._forget(item.lease.id)
         self._op("requeue", [item.lease.id], now)
-        self._op("release_host", item.lease.host, now, None, item.lease.host_lease)
+        self._release(item.lease, now)
         return True
 
     def _wake_engine(self) -> None:
@@ -592,7 +595,7 @@ class FrontierScheduler(BaseScheduler):
         if backend is None:
             return
         for lease in self._robots_in_flight.values():  # never answered before the engine stopped
-            self._op("release_host", lease.host, time.time() + self.cfg.download_delay_s, None, lease.host_lease)
+            self._release(lease, time.time() + self.cfg.download_delay_s)
         ops, self._ops = self._ops, []
         adds, self._adds = self._adds, []
         try:
