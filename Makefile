@@ -28,7 +28,7 @@ $(VENV)/.installed: setup.cfg pyproject.toml
 	# --compile-bytecode: the .pyc files, once. uv writes none by default, and where PYTHONDONTWRITEBYTECODE is set
 	# (the CI machine) every process compiled torch, megatron and pyspark from source: ~15 s of CPU per trainer rank or
 	# Spark worker; a tp2-dp2 test took 123 s without them and 60 s with them, measured here.
-	$(VENV)/bin/uv pip install -q --compile-bytecode --python $(PY) -e '.[spider,localweb,jobs,trainer,demo,dev]'
+	$(VENV)/bin/uv pip install -q --compile-bytecode --python $(PY) -e '.[spider,localweb,jobs,trainer,demo,gcs,dev]'
 	$(VENV)/bin/uv cache prune -q
 	touch $@
 

@@ -51,7 +51,14 @@ def storage_options(protocol: str) -> dict[str, Any]:
         # listings must reflect new files at once: a cached listing would hide WARC files written since
         return {"client_kwargs": client, "config_kwargs": config, "use_listings_cache": False}
     if protocol == "gs":
-        return {"project": cfg.gcs.project} if cfg.gcs.project else {}
+        options: dict[str, Any] = {"use_listings_cache": False}  # as for s3: new WARC files listed at once
+        if cfg.gcs.project:
+            options["project"] = cfg.gcs.project
+        if cfg.gcs.endpoint_url:
+            options["endpoint_url"] = cfg.gcs.endpoint_url
+        if cfg.gcs.anonymous:
+            options["token"] = "anon"
+        return options
     return {}
 
 
@@ -59,6 +66,12 @@ def storage_options(protocol: str) -> dict[str, Any]:
 def _filesystem(protocol: str):
     import fsspec
 
+    if protocol == "gs" and _config().gcs.endpoint_url:
+        # gcsfs's default class asks Google's gRPC Storage Control API for each bucket's layout first; a GCS-compatible
+        # server does not serve it, and each call would wait out a 60 s timeout: its JSON-API class alone instead
+        from gcsfs.core import GCSFileSystem
+
+        return GCSFileSystem(**storage_options(protocol))
     return fsspec.filesystem(protocol, **storage_options(protocol))
 
 
@@ -226,7 +239,8 @@ def move(src: str, dest: str) -> None:
         os.replace(src, dest)
         return
     fs, p = filesystem(src)
-    fs.mv(p, filesystem(dest)[1])
+    fs.copy(p, filesystem(dest)[1])  # not fs.mv: gcsfs's tries GCS's objects.move first, served for HNS buckets only
+    fs.rm(p)
 
 
 def sha256(path: str, chunk: int = 1 << 20) -> str:

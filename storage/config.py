@@ -20,6 +20,8 @@ class S3Settings:
 @dataclass(frozen=True)
 class GcsSettings:
     project: str
+    endpoint_url: str
+    anonymous: bool
 
 
 @dataclass(frozen=True)

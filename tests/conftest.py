@@ -1,4 +1,5 @@
-"""Fixtures every part's tests share: a real S3 API server (moto's server mode) on 127.0.0.1."""
+"""Fixtures every part's tests share: a real S3 API server (moto's server mode) and a real GCS JSON API server
+(gcp-storage-emulator) on 127.0.0.1."""
 from __future__ import annotations
 
 import itertools
@@ -7,6 +8,7 @@ import os
 import pytest
 
 import storage
+from tests.support.gcsserver import GcsServer, gcs_overlay
 from tests.support.s3server import CREDENTIALS, S3Server, make_bucket, storage_overlay
 
 _buckets = itertools.count()
@@ -31,12 +33,40 @@ def s3(s3_server, tmp_path, monkeypatch):
     """
     for key, value in CREDENTIALS.items():
         monkeypatch.setenv(key, value)
-    overlay = storage_overlay(tmp_path / "s3-overlay.yaml", s3_server.endpoint)
+    _add_overlay(monkeypatch, storage_overlay(tmp_path / "s3-overlay.yaml", s3_server.endpoint))
+    yield make_bucket(s3_server.endpoint, f"weblm-test-{os.getpid()}-{next(_buckets)}")
+    storage.reset()
+
+
+def _add_overlay(monkeypatch, overlay) -> None:
+    """Apply one more conf overlay file for this test (child processes inherit it) and forget cached clients."""
     existing = os.environ.get("WEBLM_CONF_OVERLAY", "")
     monkeypatch.setenv("WEBLM_CONF_OVERLAY", ",".join(filter(None, [existing, str(overlay)])))
     storage.reset()
-    yield make_bucket(s3_server.endpoint, f"weblm-test-{os.getpid()}-{next(_buckets)}")
+
+
+@pytest.fixture(scope="session")
+def gcs_server(tmp_path_factory):
+    server = GcsServer(tmp_path_factory.mktemp("gcs"))
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def gcs(gcs_server, tmp_path, monkeypatch):
+    """A fresh bucket on the GCS server, with conf/storage.yaml's gcs section pointed at it for this test.
+
+    Yields the bucket's URI (`gs://weblm-test-N`).  Child processes inherit the overlay.
+    """
+    _add_overlay(monkeypatch, gcs_overlay(tmp_path / "gcs-overlay.yaml", gcs_server.endpoint))
+    yield gcs_server.make_bucket(f"weblm-test-{os.getpid()}-{next(_buckets)}")
     storage.reset()
+
+
+@pytest.fixture(params=["s3", "gs"])
+def bucket(request):
+    """A fresh bucket on one object store's server, the test run once per store: `s3://...`, then `gs://...`."""
+    return request.getfixturevalue({"s3": "s3", "gs": "gcs"}[request.param])
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which reads the groups

@@ -37,14 +37,17 @@ def enable(on: bool) -> None:
 
 
 def configure(paths: Paths) -> None:
-    """Point MLflow at the sqlite store from paths, creating its folder, and at the configured S3 endpoint."""
+    """Point MLflow at the sqlite store from paths, creating its folder, and at the configured S3 and GCS endpoints."""
     import mlflow
     os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")   # offline: no usage pings
-    s3 = load_storage_config().s3
+    cfg = load_storage_config()
+    s3 = cfg.s3
     if s3.endpoint_url:   # MLflow's boto3 client reads these; the one place they are configured is conf/storage.yaml
         os.environ["MLFLOW_S3_ENDPOINT_URL"] = s3.endpoint_url
         if s3.path_style:
             os.environ["MLFLOW_BOTO_CLIENT_ADDRESSING_STYLE"] = "path"
+    if cfg.gcs.endpoint_url:  # MLflow's google-cloud-storage client takes no endpoint but this (anonymous) variable
+        os.environ["STORAGE_EMULATOR_HOST"] = cfg.gcs.endpoint_url
     uri = paths.mlflow_tracking_uri
     if uri.startswith("sqlite:///"):
         Path(uri[len("sqlite:///"):]).parent.mkdir(parents=True, exist_ok=True)

@@ -125,14 +125,14 @@ def test_every_variant_in_shared_data_is_ingested(spark, tmp_path):
                for f in pages.column("warc_file").to_pylist()) == 1
 
 
-def test_files_are_listed_in_object_storage(s3, crawl):
+def test_files_are_listed_in_object_storage(bucket, crawl):
     import storage
     from jobs.config import load_jobs_config
     from jobs.ingest import list_warc_files
 
-    storage.put_file(crawl.good_file, f"{s3}/warc/2025/a.warc.gz")
-    storage.put_file(crawl.cut_file, f"{s3}/warc/b.warc.gz")
-    storage.write_bytes(f"{s3}/warc/c.warc.gz.open", b"still being written")
-    listed = list_warc_files([f"{s3}/warc"], load_jobs_config().ingest.patterns)
-    assert [f["file"] for f in listed] == [f"{s3}/warc/2025/a.warc.gz", f"{s3}/warc/b.warc.gz"]
+    storage.put_file(crawl.good_file, f"{bucket}/warc/2025/a.warc.gz")
+    storage.put_file(crawl.cut_file, f"{bucket}/warc/b.warc.gz")
+    storage.write_bytes(f"{bucket}/warc/c.warc.gz.open", b"still being written")
+    listed = list_warc_files([f"{bucket}/warc"], load_jobs_config().ingest.patterns)
+    assert [f["file"] for f in listed] == [f"{bucket}/warc/2025/a.warc.gz", f"{bucket}/warc/b.warc.gz"]
     assert listed[0]["size"] == crawl.good_file.stat().st_size and listed[0]["modified"] is not None

@@ -191,10 +191,10 @@ def test_brotli_payloads_are_decoded():
     assert page["html"].lstrip().startswith(b"<html>") and b"<title>Simple page</title>" in page["html"]
 
 
-def test_files_are_read_from_object_storage(s3, crawl):
+def test_files_are_read_from_object_storage(bucket, crawl):
     import storage
 
-    storage.put_file(crawl.good_file, f"{s3}/warc/good.warc.gz")
-    rows, summary = read(f"{s3}/warc/good.warc.gz")
+    storage.put_file(crawl.good_file, f"{bucket}/warc/good.warc.gz")
+    rows, summary = read(f"{bucket}/warc/good.warc.gz")
     assert summary["status"] == "ok" and [p["warc_record_id"] for p in pages_of(rows)] == crawl.good_ids
-    assert all(r["warc_file"] == f"{s3}/warc/good.warc.gz" for r in rows)
+    assert all(r["warc_file"] == f"{bucket}/warc/good.warc.gz" for r in rows)

@@ -74,7 +74,7 @@ def relay(s3, s3_server, tmp_path, monkeypatch):
     relay.close()
 
 
-def test_a_crawl_into_the_bucket_holds_what_a_local_crawl_writes(s3, tmp_path, probe):
+def test_a_crawl_into_the_bucket_holds_what_a_local_crawl_writes(bucket, tmp_path, probe):
     local, remote = tmp_path / "local", tmp_path / "remote"
     local.mkdir(), remote.mkdir()
     with LocalWeb(load_config(WEB)) as web:
@@ -87,11 +87,11 @@ def test_a_crawl_into_the_bucket_holds_what_a_local_crawl_writes(s3, tmp_path, p
     with LocalWeb(load_config(WEB)) as web:
         run = run_crawl(seeds_of(web), remote, ["proxy=" + web.proxy_url, *SMALL_FILES,
                                                 f"paths.warc_buffer={buffer}"],
-                        warc_dir=f"{s3}/warc", stats=f"{s3}/crawl/stats.json", seeds_at=f"{s3}/seeds.txt")
+                        warc_dir=f"{bucket}/warc", stats=f"{bucket}/crawl/stats.json", seeds_at=f"{bucket}/seeds.txt")
     assert run.returncode == 0, run.log[-3000:]
 
-    in_bucket = storage.glob(f"{s3}/warc", "*.warc.gz")
-    stats = json.loads(storage.read_text(f"{s3}/crawl/stats.json"))
+    in_bucket = storage.glob(f"{bucket}/warc", "*.warc.gz")
+    stats = json.loads(storage.read_text(f"{bucket}/crawl/stats.json"))
     assert len(in_bucket) == stats["warc_files"] >= 3, "several files, every one of them in the bucket"
     assert buffer_warcs(buffer) == [], "the buffer ends empty"
     assert fetches(in_bucket) == fetches(on_disk.warc_files), "the bucket holds the fetches a local crawl writes"
@@ -101,7 +101,7 @@ def test_a_crawl_into_the_bucket_holds_what_a_local_crawl_writes(s3, tmp_path, p
     assert upload["bytes_uploaded"] == sum(storage.size(f) for f in in_bucket) == stats["warc_bytes"]
     assert upload["attempts_failed"] == 0 and upload["buffer"] == str(buffer)
     assert stats["warc_files_durable"] == len(in_bucket)
-    assert f"uploads to {s3}/warc: {len(in_bucket)} file(s)" in run.log
+    assert f"uploads to {bucket}/warc: {len(in_bucket)} file(s)" in run.log
 
     durable = probe_lines(probe)
     assert sorted(d["location"] for d in durable) == in_bucket

@@ -1,4 +1,5 @@
-"""storage/: the same calls on a local folder and on a real S3 API server (moto, over HTTP)."""
+"""storage/: the same calls on a local folder, on a real S3 API server (moto) and on a real GCS JSON API server
+(gcp-storage-emulator), both over HTTP."""
 from __future__ import annotations
 
 import threading
@@ -12,11 +13,11 @@ from storage.upload import Uploader, recover
 from tests.support.s3server import FlakyRelay, storage_overlay
 
 
-@pytest.fixture(params=["local", "s3"])
+@pytest.fixture(params=["local", "s3", "gs"])
 def base(request, tmp_path):
     if request.param == "local":
         return str(tmp_path / "store")
-    return request.getfixturevalue("s3") + "/store"
+    return request.getfixturevalue({"s3": "s3", "gs": "gcs"}[request.param]) + "/store"
 
 
 def test_write_read_list_remove(base):
@@ -38,6 +39,20 @@ def test_put_file_checks_the_size_that_arrived(base, tmp_path):
     local.write_bytes(bytes(range(256)) * 4096)
     storage.put_file(local, storage.join(base, "big.bin"))
     assert storage.read_bytes(storage.join(base, "big.bin")) == local.read_bytes()
+
+
+def test_copy_tree_move_and_walk(base):
+    staging = storage.join(base, "staging")
+    storage.write_bytes(storage.join(staging, "a.bin"), b"a" * 10)
+    storage.write_bytes(storage.join(staging, "sub", "b.bin"), b"b" * 20)
+    copied = storage.copy_tree(staging, storage.join(base, "copy"))
+    assert sorted(copied) == [storage.join(base, "copy", "a.bin"), storage.join(base, "copy", "sub", "b.bin")]
+    assert list(storage.walk_files(storage.join(base, "copy"))) == sorted(copied)
+    assert storage.read_bytes(storage.join(base, "copy", "sub", "b.bin")) == b"b" * 20
+    storage.move(storage.join(staging, "a.bin"), storage.join(staging, "final.bin"))
+    assert not storage.exists(storage.join(staging, "a.bin"))
+    assert storage.read_bytes(storage.join(staging, "final.bin")) == b"a" * 10
+    assert storage.listdir(staging) == sorted([storage.join(staging, "final.bin"), storage.join(staging, "sub")])
 
 
 def test_spark_uri_spells_s3_as_s3a():

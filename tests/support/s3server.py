@@ -29,26 +29,26 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-class S3Server:
-    """`moto_server` in its own process; `stop()` ends it."""
+class HttpServer:
+    """A server in its own process on a free loopback port, started by `args(port)` and ready once `probe_path`
+    answers over HTTP; its output goes to `<log_dir>/<name>-<port>.log`; `stop()` ends it."""
 
-    def __init__(self, log_dir: Path) -> None:
+    def __init__(self, name: str, args, probe_path: str, log_dir: Path) -> None:
         self.port = free_port()
         self.endpoint = f"http://127.0.0.1:{self.port}"
-        self._log = open(log_dir / f"moto-{self.port}.log", "wb")
-        self.proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(self.port)],
-                                     stdout=self._log, stderr=subprocess.STDOUT)
+        self._log = open(log_dir / f"{name}-{self.port}.log", "wb")
+        self.proc = subprocess.Popen(args(self.port), stdout=self._log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise RuntimeError(f"moto_server exited with {self.proc.returncode}; see {self._log.name}")
+                raise RuntimeError(f"{name} exited with {self.proc.returncode}; see {self._log.name}")
             try:
-                urllib.request.urlopen(f"{self.endpoint}/moto-api/", timeout=1).read()
+                urllib.request.urlopen(self.endpoint + probe_path, timeout=1).read()
                 return
             except OSError:
                 time.sleep(0.2)
         self.stop()
-        raise RuntimeError(f"moto_server did not answer on {self.endpoint} within 60 s")
+        raise RuntimeError(f"{name} did not answer on {self.endpoint} within 60 s")
 
     def stop(self) -> None:
         self.proc.terminate()
@@ -57,6 +57,14 @@ class S3Server:
         except subprocess.TimeoutExpired:
             self.proc.kill()
         self._log.close()
+
+
+class S3Server(HttpServer):
+    """`moto_server` in its own process."""
+
+    def __init__(self, log_dir: Path) -> None:
+        super().__init__("moto", lambda port: [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+                         "/moto-api/", log_dir)
 
 
 def make_bucket(endpoint: str, name: str) -> str:

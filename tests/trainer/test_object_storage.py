@@ -1,6 +1,7 @@
 """The trainer on object storage (a real S3 API server, moto, over HTTP): shards staged into the local cache by
 content hash and verified, checkpoints uploaded in the background, resume from the bucket, MLflow artifacts in
-the bucket, a corrupt shard refused before step 1, and a store outage that loses no checkpoint."""
+the bucket, a corrupt shard refused before step 1, and a store outage that loses no checkpoint; and a run on a real
+GCS JSON API server (gcp-storage-emulator)."""
 from __future__ import annotations
 
 import contextlib
@@ -47,7 +48,7 @@ GATHERED = "schedule.checkpoint_format=gathered"   # one step-N.pt per checkpoin
 @pytest.fixture(autouse=True)
 def mlflow_s3_environment():
     """The trainer hands conf/storage.yaml's endpoint to MLflow's boto3 client through the environment; undo it."""
-    names = ("MLFLOW_S3_ENDPOINT_URL", "MLFLOW_BOTO_CLIENT_ADDRESSING_STYLE")
+    names = ("MLFLOW_S3_ENDPOINT_URL", "MLFLOW_BOTO_CLIENT_ADDRESSING_STYLE", "STORAGE_EMULATOR_HOST")
     saved = {name: os.environ.get(name) for name in names}
     yield
     for name, value in saved.items():
@@ -57,7 +58,7 @@ def mlflow_s3_environment():
             os.environ[name] = value
 
 
-def s3_paths(root: Path, bucket: str, train: str = "train"):
+def bucket_paths(root: Path, bucket: str, train: str = "train"):
     """Shards, run folder and MLflow artifacts in the bucket; cache, staging and MLflow's sqlite store under root."""
     return load_paths([f"local={root}/local", f"mlflow_tracking_uri={mlflow_uri(root / 'mlflow.db')}",
                        f"shards_dir={bucket}/shards", f"train_dir={bucket}/{train}",
@@ -116,7 +117,7 @@ def test_a_run_on_object_storage_stages_its_inputs_once_and_uploads_its_outputs(
     # A stale value: MLflow must get the endpoint from conf/storage.yaml, the one place it is configured.
     monkeypatch.setenv("MLFLOW_S3_ENDPOINT_URL", "http://127.0.0.1:9")
     cfg = tiny_config(f"schedule.steps={STEPS}", "schedule.checkpoint_interval=3", "schedule.eval_interval=0", GATHERED)
-    paths = s3_paths(tmp_path, s3)
+    paths = bucket_paths(tmp_path, s3)
 
     with caplog.at_level("INFO", logger="trainer"):
         result = train(cfg, paths)
@@ -165,10 +166,38 @@ def test_a_run_on_object_storage_stages_its_inputs_once_and_uploads_its_outputs(
     before = {p: p.stat().st_mtime_ns for p in Path(paths.cache_dir).rglob("*") if p.is_file()}
     caplog.clear()
     with caplog.at_level("INFO", logger="trainer"):
-        again = train(cfg, s3_paths(tmp_path, s3, train="train-2"))
+        again = train(cfg, bucket_paths(tmp_path, s3, train="train-2"))
     assert "0 file(s) downloaded (0.0 MiB), 7 cached copies reused" in caplog.text
     assert {p: p.stat().st_mtime_ns for p in before} == before
     assert again["last_loss"] == result["last_loss"]
+
+
+def test_a_run_on_gcs_stages_its_shards_and_keeps_its_checkpoints_and_mlflow_artifacts_in_the_bucket(
+        gcs, tmp_path, caplog):
+    """The same run with every remote path on gs://: gcsfs for the shards and the run folder, MLflow's
+    google-cloud-storage client for its artifacts, both pointed at the server by conf/storage.yaml alone."""
+    manifest_uri = upload_shards(build_shards(tmp_path / "export").parent, gcs)
+    manifest = json.loads(storage.read_text(manifest_uri))
+    cfg = tiny_config(f"schedule.steps={STEPS}", "schedule.checkpoint_interval=5", "schedule.eval_interval=0", GATHERED)
+    paths = bucket_paths(tmp_path, gcs)
+    with caplog.at_level("INFO", logger="trainer"):
+        result = train(cfg, paths)
+    staged = Path(paths.cache_dir) / "shards" / manifest["sha256"]
+    for shard in manifest["shards"]:
+        assert file_sha256(staged / f"{shard['prefix']}.bin") == shard["bin_sha256"]
+    assert result["checkpoint"] == f"{gcs}/train/checkpoints/step-00000010.pt"
+    assert stored_checkpoints(paths) == ["step-00000005.pt", "step-00000010.pt"]
+    assert json.loads(storage.read_text(f"{gcs}/train/result.json")) == result
+    lineage = storage.read_text(result["lineage"]).splitlines()
+    assert [json.loads(line)["step"] for line in lineage] == list(range(STEPS))
+    assert f"every file of the run is in {gcs}/train" in caplog.text
+    mlflow.set_tracking_uri(paths.mlflow_tracking_uri)
+    run = MlflowClient().get_run(result["run_id"])
+    assert run.info.artifact_uri.startswith(f"{gcs}/mlflow/")
+    assert json.loads(storage.read_text(f"{run.info.artifact_uri}/result.json")) == result
+    assert {a.path for a in MlflowClient().list_artifacts(run.info.run_id)} >= {"lineage", "result.json"}
+    tags = checkpoint_tags(paths, result["run_id"])
+    assert tags[10] == (result["checkpoint"], stored_digest(result["checkpoint"]))
 
 
 RESUMED = (f"schedule.steps={STEPS}", "schedule.checkpoint_interval=3", "schedule.eval_interval=0",
@@ -180,7 +209,7 @@ def test_resume_from_the_bucket_matches_an_uninterrupted_run(s3, tmp_path, manif
     machines without shared staging: the same losses as a run never interrupted, every time."""
     manifest_uri = upload_shards(manifest_path.parent, s3)
     cfg = tiny_config(*RESUMED)
-    straight_paths, paths = tmp_paths(tmp_path / "straight"), s3_paths(tmp_path / "killed", s3)
+    straight_paths, paths = tmp_paths(tmp_path / "straight"), bucket_paths(tmp_path / "killed", s3)
     straight = train(cfg, straight_paths, manifest_path)
 
     # Sharded checkpoints (the default), saved asynchronously, go up as folders.  Killed after step 7 (the newest
@@ -254,7 +283,7 @@ def test_a_corrupt_shard_in_the_bucket_stops_training_before_step_1(s3, tmp_path
     data = bytearray(storage.read_bytes(f"{s3}/shards/shard-00001.bin"))
     data[10] ^= 0xFF
     storage.write_bytes(f"{s3}/shards/shard-00001.bin", bytes(data))
-    paths = s3_paths(tmp_path, s3)
+    paths = bucket_paths(tmp_path, s3)
     overrides = [f"paths.{key}={getattr(paths, key)}" for key in ("local", "mlflow_tracking_uri", "shards_dir",
                                                                   "train_dir", "mlflow_artifacts")]
     with caplog.at_level("WARNING", logger="trainer"):
@@ -355,7 +384,7 @@ def test_uploads_wait_out_an_outage_during_training(s3, outage, tmp_path, manife
     behind_relay(outage, tmp_path, monkeypatch, retries=200, backoff_initial_s=0.05, backoff_max_s=0.2, workers=2)
     cfg = tiny_config(f"schedule.steps={STEPS}", "schedule.checkpoint_interval=3", "schedule.keep_checkpoints=10",
                       "schedule.eval_interval=0", "schedule.log_interval=1", GATHERED)
-    paths = s3_paths(tmp_path, s3)
+    paths = bucket_paths(tmp_path, s3)
     seen_during_outage = []
 
     def end_outage():   # once an upload has failed outright (the clients' own retries spent), not before
@@ -385,7 +414,7 @@ def test_files_an_outage_keeps_from_the_store_stay_in_staging_and_go_on_the_next
     behind_relay(outage, tmp_path, monkeypatch, retries=2, backoff_initial_s=0.05, backoff_max_s=0.1, workers=2)
     cfg = tiny_config(f"schedule.steps={STEPS}", "schedule.checkpoint_interval=5", "schedule.keep_checkpoints=10",
                       "schedule.eval_interval=0", "schedule.log_interval=1", GATHERED)
-    paths = s3_paths(tmp_path, s3)
+    paths = bucket_paths(tmp_path, s3)
     with watching({2: outage.go_down}), caplog.at_level("INFO", logger="trainer"):   # down from step 2 to the end
         result = train(cfg, paths)
 
@@ -449,7 +478,7 @@ def test_rank_0_lists_a_checkpoint_only_once_every_other_machine_has_stored_its_
     """Per-node staging: rank 0 uploads its machine's files at once, and SHA256SUMS (which makes the checkpoint exist in
     the store) only once the other machines' files are there as their `SHA256SUMS.rank-N` say; a stale or wrong
     line does not count, and a part that never comes leaves the checkpoint staged and unlisted."""
-    paths = s3_paths(tmp_path, s3)
+    paths = bucket_paths(tmp_path, s3)
     folder = RunFolder(paths.train_dir, paths.train_staging, keep_checkpoints=2, per_node=True)
     announced = []
     folder.announce_checkpoints(lambda step, location, digest: announced.append((step, location, digest)))
@@ -492,7 +521,7 @@ def test_a_machine_sends_the_part_an_earlier_start_left_and_drops_saves_cut_shor
     """Per-node staging, another machine's first rank: a part of step 6 that a killed start made visible but did not
     send goes at the next start, its lines last; a save killed before its part was whole is dropped (rank 0 lists
     no checkpoint without every part, and the run writes that step again)."""
-    paths = s3_paths(tmp_path, s3)
+    paths = bucket_paths(tmp_path, s3)
     staged = staging_folder(paths.train_staging, paths.train_dir) / "checkpoints"
     part, cut_short = staged / "step-00000006", staged / "step-00000009.partial"
     for folder in (part, cut_short):
