@@ -65,6 +65,14 @@ Next levers: train for the page metric, not the line (a per-page-type threshold 
 page-level choice between the rule's text and the model's, learned on the page F1 each gives), a sequence
 model over a page's blocks (Web2Text's CRF over DOM leaves) so that an item grid is kept or dropped as a whole,
 and more labelled collection / listing pages than WCXB dev's 117 / 99.
+
+Candidates from one source, so that no paragraph has two copies (2026-12-03, a scratch run, not kept): the lines of
+resiliparse's whole-page text (`main_content=False`, 431,697 lines), with line_model's text features plus the share
+of each line's word trigrams in rs-trafilatura's, resiliparse's main-content, trafilatura's and the rule's texts; the
+same folds and consumed labels.  The labels' ceiling is 0.991 / 0.923 (forums only 0.763: the whole-page text splits
+posts differently), but the model gives 0.946 / 0.728 at 0.5 and at best 0.736 at 0.4, and the rule's own words
+marked on these lines (its trigram share >= 0.5) 0.938 / 0.726: the line boundaries, not only the features, cost
+0.05 on mixed pages.  No-go.
 """
 from __future__ import annotations
 
