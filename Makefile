@@ -7,11 +7,14 @@ JARS := $(abspath $(VENV))/jars
 KENLM_VERSION := 0.3.0
 KENLM_TOOLS := $(VENV)/.kenlm-tools-$(KENLM_VERSION)
 KENLM_SRC := $(VENV)/src/kenlm
+FAKE_GCS_VERSION := v1.56.1
+FAKE_GCS := $(VENV)/.fake-gcs-server-$(FAKE_GCS_VERSION)
 export SPARK_LOCAL_IP ?= 127.0.0.1
 # rustup's cargo, when there is one: pip builds rs-trafilatura (no Linux wheels on PyPI) with it.
-export PATH := $(HOME)/.cargo/bin:$(PATH)
+# Go from go.dev's tarball (/usr/local/go) when it is not on PATH: it builds the tests' GCS server.
+export PATH := $(HOME)/.cargo/bin:$(PATH):/usr/local/go/bin
 
-.PHONY: setup demo test bench wheel system-deps jars kenlm mlflow-ui clean
+.PHONY: setup demo test bench wheel system-deps jars kenlm fake-gcs-server mlflow-ui clean
 
 ## setup: the virtualenv with every part's extras, and the Delta jars (idempotent; reruns only what changed)
 setup: $(VENV)/.installed $(JARS)/.resolved $(KENLM_TOOLS)
@@ -32,8 +35,8 @@ $(VENV)/.installed: setup.cfg pyproject.toml
 	$(VENV)/bin/uv cache prune -q
 	touch $@
 
-# Delta's and the s3a connector's own jars only: pyspark already ships newer copies of their other dependencies.
-SPARK_JAR_GROUPS := io.delta,org.apache.hadoop,software.amazon.awssdk,software.amazon.s3.analyticsaccelerator,software.amazon.eventstream,org.reactivestreams,org.wildfly.openssl
+# Delta's, the s3a connector's and Google's gs connector's own jars only: pyspark already ships newer copies of their other dependencies.
+SPARK_JAR_GROUPS := io.delta,org.apache.hadoop,com.google.cloud.bigdataoss,software.amazon.awssdk,software.amazon.s3.analyticsaccelerator,software.amazon.eventstream,org.reactivestreams,org.wildfly.openssl
 $(JARS)/.resolved: jobs/jars/pom.xml
 	@command -v mvn >/dev/null || { echo "resolving the Delta jars needs Maven: run 'make system-deps' (Debian, as root) or install maven" >&2; exit 1; }
 	rm -rf $(JARS)
@@ -58,6 +61,16 @@ $(KENLM_TOOLS): | $(VENV)/.installed
 
 kenlm: $(KENLM_TOOLS)
 
+# The tests' gs:// server: fsouza/fake-gcs-server, a GCS JSON API server that both gcsfs and Google's Hadoop connector
+# (Spark's Delta tables on gs://) work against; gcp-storage-emulator, on PyPI, answered the connector's writes of
+# _delta_log with 404s.  Built from the Go module proxy into .venv/bin (no PyPI or Debian package ships it).
+$(FAKE_GCS): | $(VENV)/.installed
+	@command -v go >/dev/null || { echo "building the tests' GCS server needs Go 1.21+ (it fetches the 1.26 toolchain the module asks for): install it from go.dev, Debian 12's golang-go is 1.19" >&2; exit 1; }
+	GOBIN=$(abspath $(VENV))/bin GOFLAGS=-mod=mod go install github.com/fsouza/fake-gcs-server@$(FAKE_GCS_VERSION)
+	touch $@
+
+fake-gcs-server: $(FAKE_GCS)
+
 ## demo: local web -> crawl -> WARC -> Delta -> tokens -> Megatron shards -> CPU training; summary in var/demo/summary.json
 demo: setup
 	$(PY) -m demo
@@ -67,7 +80,7 @@ demo: setup
 # torchrun and crawl processes leave a core idle for much of a serial run.  Files go out in collection order (the
 # demo's, the longest, first), not by test count, which sent the one-test files of several minutes out last.
 TEST_WORKERS ?= 2
-test: setup
+test: setup $(FAKE_GCS)
 	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder
 
 ## bench: speed targets, each a ratio against a baseline run in the same process (bench/*.py)

@@ -178,6 +178,23 @@ class SparkJob(abc.ABC):
 
 
 # -- session ---------------------------------------------------------------------------------------
+# Google's gs:// connector (gcs-connector 4.0.3, from `make jars`) on a Spark built on Hadoop 3.5, which maps gs:// to
+# Hadoop's own gs connector, not shipped with pyspark, and spells that connector's sizes as "64m", which
+# gcs-connector cannot parse (NumberFormatException, seen here): the classes, and its own defaults in bytes.  Set only
+# when our jars folder supplies the jar: a cluster that ships a connector (Dataproc) keeps its own settings.
+_MIB = 1024 * 1024
+GCS_CONNECTOR_CONF = {
+    "spark.hadoop.fs.gs.impl": "com.google.cloud.hadoop.fs.gcs.GoogleHadoopFileSystem",
+    # Delta's log goes through Hadoop's FileContext, which looks for this class
+    "spark.hadoop.fs.AbstractFileSystem.gs.impl": "com.google.cloud.hadoop.fs.gcs.GoogleHadoopFS",
+    "spark.hadoop.fs.gs.block.size": str(64 * _MIB),
+    "spark.hadoop.fs.gs.outputstream.buffer.size": str(8 * _MIB),
+    "spark.hadoop.fs.gs.inputstream.inplace.seek.limit": str(8 * _MIB),
+    "spark.hadoop.fs.gs.inputstream.min.range.request.size": str(2 * _MIB),
+    "spark.hadoop.fs.gs.rewrite.max.chunk.size": str(512 * _MIB),
+}
+
+
 def build_session(cfg: JobsConfig, paths: Paths, master: str | None, app_name: str):
     """The active session if there is one (spark-submit, Databricks, tests), else a new one.
 
@@ -202,6 +219,9 @@ def build_session(cfg: JobsConfig, paths: Paths, master: str | None, app_name: s
     jars = sorted(str(p) for p in jars_dir.glob("*.jar")) if jars_dir.is_dir() else []
     if jars and not launched.get("spark.jars", ""):
         builder = builder.config("spark.jars", ",".join(jars))
+        if any(Path(jar).name.startswith("gcs-connector-") for jar in jars):
+            for key, value in GCS_CONNECTOR_CONF.items():
+                builder = builder.config(key, value)
     builder = builder.config("spark.sql.shuffle.partitions", str(cfg.spark.shuffle_partitions))
     for key, value in {**storage.spark_conf(), **cfg.spark.conf}.items():
         builder = builder.config(key, str(value))
@@ -209,12 +229,13 @@ def build_session(cfg: JobsConfig, paths: Paths, master: str | None, app_name: s
 
 
 def apply_storage_conf(spark) -> None:
-    """Point a running session's s3a connector where conf/storage.yaml says (a notebook's or a test's session).
+    """Point a running session's s3a and gs connectors where conf/storage.yaml says (a notebook's or a test's
+    session).
 
-    Only set when an endpoint is configured: a cluster's own s3a settings are left alone otherwise.
+    Only set when an endpoint is configured: a cluster's own s3a and gs settings are left alone otherwise.
     """
     conf = storage.spark_conf()
-    if "spark.hadoop.fs.s3a.endpoint" not in conf:
+    if not {"spark.hadoop.fs.s3a.endpoint", "spark.hadoop.fs.gs.storage.root.url"} & conf.keys():
         return
     hadoop = spark.sparkContext._jsc.hadoopConfiguration()
     for key, value in conf.items():

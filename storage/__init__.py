@@ -301,8 +301,8 @@ def spark_uri(path: str) -> str:
 
 
 def spark_conf() -> dict[str, str]:
-    """Hadoop settings that point Spark's s3a connector where fsspec goes (conf/storage.yaml)."""
-    s3 = _config().s3
+    """Hadoop settings that point Spark's s3a and gs connectors where fsspec goes (conf/storage.yaml)."""
+    s3, gcs = _config().s3, _config().gcs
     conf = {"spark.hadoop.fs.s3a.endpoint.region": s3.region,
             "spark.hadoop.fs.s3a.path.style.access": str(s3.path_style).lower(),
             "spark.hadoop.fs.s3a.attempts.maximum": str(s3.max_attempts),
@@ -311,4 +311,10 @@ def spark_conf() -> dict[str, str]:
     if s3.endpoint_url:
         conf["spark.hadoop.fs.s3a.endpoint"] = s3.endpoint_url
         conf["spark.hadoop.fs.s3a.connection.ssl.enabled"] = str(s3.endpoint_url.startswith("https")).lower()
+    if gcs.project:
+        conf["spark.hadoop.fs.gs.project.id"] = gcs.project
+    if gcs.endpoint_url:  # gcs-connector's names (its CONFIGURATION.md)
+        conf["spark.hadoop.fs.gs.storage.root.url"] = gcs.endpoint_url.rstrip("/") + "/"
+    if gcs.anonymous:
+        conf["spark.hadoop.fs.gs.auth.type"] = "UNAUTHENTICATED"
     return conf

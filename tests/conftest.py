@@ -1,5 +1,5 @@
 """Fixtures every part's tests share: a real S3 API server (moto's server mode) and a real GCS JSON API server
-(gcp-storage-emulator) on 127.0.0.1."""
+(fake-gcs-server) on 127.0.0.1."""
 from __future__ import annotations
 
 import itertools

@@ -1,5 +1,5 @@
 """storage/: the same calls on a local folder, on a real S3 API server (moto) and on a real GCS JSON API server
-(gcp-storage-emulator), both over HTTP."""
+(fake-gcs-server), both over HTTP."""
 from __future__ import annotations
 
 import threading

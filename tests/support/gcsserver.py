@@ -1,5 +1,7 @@
-"""A real Google Cloud Storage JSON API server for the tests: gcp-storage-emulator's server on 127.0.0.1, over
-real HTTP, the GCS counterpart of moto's server mode (tests/support/s3server.py).
+"""A real Google Cloud Storage JSON API server for the tests: fsouza/fake-gcs-server on 127.0.0.1, over real HTTP,
+in memory, the GCS counterpart of moto's server mode (tests/support/s3server.py).  `make test` builds it into
+.venv/bin (Makefile `fake-gcs-server`).  Both gcsfs and Google's Hadoop connector (Spark's gs://) work against it;
+gcp-storage-emulator, the PyPI server used before, answered the connector's writes of a Delta log with 404s.
 
 Tests point conf/storage.yaml's `gcs` section at it through an overlay file (`WEBLM_CONF_OVERLAY`), so the code
 under test reaches it through gcsfs and google-cloud-storage exactly as it reaches Google's endpoint: only
@@ -20,12 +22,13 @@ PROJECT = "weblm-test"
 
 
 class GcsServer(HttpServer):
-    """`gcp-storage-emulator start` (in memory) in its own process."""
+    """`fake-gcs-server` (in memory, plain HTTP) in its own process."""
 
     def __init__(self, log_dir: Path) -> None:
-        super().__init__("gcs-emulator", lambda port: [
-            sys.executable, "-m", "gcp_storage_emulator", "start", "--host", "127.0.0.1", "--port", str(port),
-            "--in-memory", "--quiet"], f"/storage/v1/b?project={PROJECT}", log_dir)
+        super().__init__("fake-gcs-server", lambda port: [
+            str(Path(sys.executable).parent / "fake-gcs-server"), "-scheme", "http", "-host", "127.0.0.1",
+            "-port", str(port), "-public-host", f"127.0.0.1:{port}", "-backend", "memory", "-log-level", "warn"],
+            f"/storage/v1/b?project={PROJECT}", log_dir)
 
     def make_bucket(self, name: str) -> str:
         """Create bucket `name` through the JSON API (buckets.insert); returns `gs://name`."""

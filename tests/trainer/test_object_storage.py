@@ -1,7 +1,7 @@
 """The trainer on object storage (a real S3 API server, moto, over HTTP): shards staged into the local cache by
 content hash and verified, checkpoints uploaded in the background, resume from the bucket, MLflow artifacts in
 the bucket, a corrupt shard refused before step 1, and a store outage that loses no checkpoint; and a run on a real
-GCS JSON API server (gcp-storage-emulator)."""
+GCS JSON API server (fake-gcs-server)."""
 from __future__ import annotations
 
 import contextlib
