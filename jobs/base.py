@@ -181,7 +181,8 @@ class SparkJob(abc.ABC):
 # Google's gs:// connector (gcs-connector 4.0.3, from `make jars`) on a Spark built on Hadoop 3.5, which maps gs:// to
 # Hadoop's own gs connector, not shipped with pyspark, and spells that connector's sizes as "64m", which
 # gcs-connector cannot parse (NumberFormatException, seen here): the classes, and its own defaults in bytes.  Set only
-# when our jars folder supplies the jar: a cluster that ships a connector (Dataproc) keeps its own settings.
+# when the session's jars (ours, or spark-submit's --jars) hold it, and only where the launch did not set a key: a
+# cluster that ships a connector on its class path (Dataproc) keeps its own settings.
 _MIB = 1024 * 1024
 GCS_CONNECTOR_CONF = {
     "spark.hadoop.fs.gs.impl": "com.google.cloud.hadoop.fs.gcs.GoogleHadoopFileSystem",
@@ -201,7 +202,7 @@ def build_session(cfg: JobsConfig, paths: Paths, master: str | None, app_name: s
     Returns `(spark, created)`.  `spark.jars` comes from `paths.spark_jars_dir` only when that
     folder has jars and nobody set `spark.jars` already (spark-submit --jars, a cluster that ships Delta).
     """
-    from pyspark import SparkConf
+    from pyspark import SparkConf, SparkContext
     from pyspark.sql import SparkSession
 
     active = SparkSession.getActiveSession()
@@ -209,7 +210,11 @@ def build_session(cfg: JobsConfig, paths: Paths, master: str | None, app_name: s
         apply_storage_conf(active)
         return active, False
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # avoids the loopback-hostname warning on laptops
-    launched = SparkConf()  # under spark-submit this already holds spark.master, spark.jars, ...
+    if "PYSPARK_GATEWAY_PORT" in os.environ:
+        # spark-submit started this process and its JVM: join that JVM first, or SparkConf() below reads nothing
+        # and conf/jobs.yaml's master and our jars would replace the --master and --jars it was given
+        SparkContext._ensure_initialized()
+    launched = SparkConf()  # under spark-submit this holds spark.master, spark.jars, ...
     builder = SparkSession.builder.appName(app_name)
     if master or not launched.contains("spark.master"):
         builder = builder.master(master or cfg.spark.master)
@@ -217,10 +222,12 @@ def build_session(cfg: JobsConfig, paths: Paths, master: str | None, app_name: s
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     jars_dir = Path(paths.spark_jars_dir)
     jars = sorted(str(p) for p in jars_dir.glob("*.jar")) if jars_dir.is_dir() else []
-    if jars and not launched.get("spark.jars", ""):
+    given = [jar for jar in (launched.get("spark.jars") or "").split(",") if jar]
+    if jars and not given:
         builder = builder.config("spark.jars", ",".join(jars))
-        if any(Path(jar).name.startswith("gcs-connector-") for jar in jars):
-            for key, value in GCS_CONNECTOR_CONF.items():
+    if any(Path(jar).name.startswith("gcs-connector-") for jar in given or jars):   # ours, or spark-submit --jars
+        for key, value in GCS_CONNECTOR_CONF.items():
+            if not launched.contains(key):
                 builder = builder.config(key, value)
     builder = builder.config("spark.sql.shuffle.partitions", str(cfg.spark.shuffle_partitions))
     for key, value in {**storage.spark_conf(), **cfg.spark.conf}.items():

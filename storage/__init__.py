@@ -9,6 +9,7 @@ is one PUT (or one multipart upload), which S3 and GCS make visible only when co
 from __future__ import annotations
 
 import functools
+import json
 import os
 import shutil
 import uuid
@@ -279,9 +280,21 @@ def fsync_dir(folder: str | os.PathLike) -> None:
         os.close(fd)
 
 
+GOOGLE_STORAGE_URL = "https://storage.googleapis.com"
+
+
 def object_store_options(path: str) -> dict[str, str]:
-    """Options for Rust object_store clients (delta-rs `DeltaTable(path, storage_options=...)`)."""
-    if _protocol(path) != "s3":
+    """Options for Rust object_store clients (delta-rs `DeltaTable(path, storage_options=...)`).
+
+    gs://: object_store takes a GCS endpoint only inside a service-account key (its `gcs_base_url`, with
+    `disable_oauth` for no credentials), so an anonymous client gets such a key; credentialed clients on Google's
+    endpoint use Google's own chain, as gcsfs does.  A custom endpoint with credentials is refused, not silently
+    sent to Google.  Reads are tested against fake-gcs-server; object_store's uploads are not (it answers them 400).
+    """
+    protocol = _protocol(path)
+    if protocol == "gs":
+        return _object_store_gcs_options(_config().gcs)
+    if protocol != "s3":
         return {}
     s3 = _config().s3
     options = {"AWS_REGION": s3.region}
@@ -291,6 +304,18 @@ def object_store_options(path: str) -> dict[str, str]:
     if s3.path_style:
         options["AWS_VIRTUAL_HOSTED_STYLE_REQUEST"] = "false"
     return options
+
+
+def _object_store_gcs_options(gcs) -> dict[str, str]:
+    if not gcs.anonymous:
+        if gcs.endpoint_url:
+            raise ValueError(f"gcs.endpoint_url {gcs.endpoint_url} with credentials: delta-rs (object_store) takes "
+                             "a GCS endpoint only without them; set storage.gcs.anonymous: true for an emulator")
+        return {}
+    endpoint = (gcs.endpoint_url or GOOGLE_STORAGE_URL).rstrip("/")
+    key = {"gcs_base_url": endpoint, "disable_oauth": True, "client_email": "", "private_key": "",
+           "private_key_id": ""}
+    return {"google_service_account_key": json.dumps(key), "allow_http": str(endpoint.startswith("http://")).lower()}
 
 
 # -- Spark ----------------------------------------------------------------------------------------------------

@@ -1,8 +1,11 @@
 """Delta tables on object storage, through Spark's own connectors against real API servers over HTTP: s3a against
-moto's S3 server, and Google's gcs-connector (from `make jars`) against fake-gcs-server."""
+moto's S3 server, and Google's gcs-connector (from `make jars`) against fake-gcs-server; then read back without a
+JVM by delta-rs (object_store), as the corpus reader and the demo's summary read the jobs' tables."""
 from __future__ import annotations
 
 import json
+
+from deltalake import DeltaTable
 
 import storage
 from jobs.base import apply_storage_conf, merge_table
@@ -29,3 +32,9 @@ def test_delta_round_trip_and_idempotent_merge_on_a_bucket(spark, bucket):
     log = storage.glob(storage.join(bucket, "lake", "bronze", "things", "_delta_log"), "*.json")
     assert len(log) == 2 and json.loads(storage.read_text(log[0]).splitlines()[0])
     assert storage.glob(storage.join(bucket, "lake", "bronze", "things"), "*.parquet")
+    # delta-rs sees the same table at the same version
+    uri = storage.join(bucket, "lake", "bronze", "things")
+    seen = DeltaTable(uri, storage_options=storage.object_store_options(uri) or None)
+    assert seen.version() == third["version"]
+    rows = seen.to_pyarrow_table(columns=["doc_id", "value"]).to_pydict()
+    assert dict(zip(rows["doc_id"], rows["value"])) == back

@@ -1,0 +1,50 @@
+"""A job's Spark session under spark-submit keeps what spark-submit was given: its --master and --jars, not
+conf/jobs.yaml's master and our jars folder; Google's gs connector among those jars still gets the settings a Spark
+of Hadoop 3.5 needs for it (`GCS_CONNECTOR_CONF`), except where the command line set them."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from conf.paths import load_paths
+from jobs.base import GCS_CONNECTOR_CONF
+
+ROOT = Path(__file__).resolve().parents[2]
+
+PROBE = """
+import json
+from conf.paths import load_paths
+from jobs.base import build_session
+from jobs.config import load_jobs_config
+
+spark, created = build_session(load_jobs_config(), load_paths(), None, "launch-probe")
+conf = spark.sparkContext.getConf()
+print("PROBE " + json.dumps({"created": created, "master": spark.sparkContext.master,
+                             "jars": [j for j in conf.get("spark.jars", "").split(",") if j],
+                             "gs": {k: conf.get(k, None) for k in %r}}))
+spark.stop()
+"""
+
+
+def test_spark_submit_keeps_its_master_and_jars_and_the_gs_connector_gets_its_settings(tmp_path):
+    jars = sorted(Path(load_paths().spark_jars_dir).glob("*.jar"))
+    connector = [jar for jar in jars if jar.name.startswith("gcs-connector-")]
+    assert connector, "make jars puts gcs-connector in the jars folder"
+    given = connector + [jar for jar in jars if jar.name.startswith("delta-")][:1]
+    probe = tmp_path / "probe.py"
+    probe.write_text(PROBE % (list(GCS_CONNECTOR_CONF),))
+    bin_dir = Path(sys.executable).parent
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "SPARK_LOCAL_IP": "127.0.0.1", "PYSPARK_PYTHON": sys.executable,
+           "PYSPARK_DRIVER_PYTHON": sys.executable, "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"}
+    env.pop("WEBLM_CONF_OVERLAY", None)
+    done = subprocess.run([str(bin_dir / "spark-submit"), "--master", "local[1]", "--jars", ",".join(map(str, given)),
+                           "--conf", "spark.hadoop.fs.gs.block.size=1048576", str(probe)],
+                          capture_output=True, text=True, env=env, cwd=ROOT, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    seen = json.loads(next(line for line in done.stdout.splitlines() if line.startswith("PROBE "))[len("PROBE "):])
+    assert seen["created"] and seen["master"] == "local[1]"          # conf/jobs.yaml says local[2]
+    assert [Path(jar).name for jar in seen["jars"]] == [jar.name for jar in given]   # not the folder's 40-odd jars
+    assert seen["gs"] == {**GCS_CONNECTOR_CONF, "spark.hadoop.fs.gs.block.size": "1048576"}  # the command line wins
