@@ -38,15 +38,12 @@ def demo(overlays: list[str], summary_file: Path) -> dict:
 
 def remote_overlay(store: str, server, tmp: Path) -> Path:
     """An overlay that puts `paths.var` in a fresh bucket of `server` and `paths.local` on this machine."""
-    paths = {"paths": {"local": str(tmp / f"{store}-local")}}
     if store == "s3":
-        bucket = make_bucket(server.endpoint, "weblm-bench")
-        paths["paths"]["var"] = f"{bucket}/run"
-        return storage_overlay(tmp / "s3.yaml", server.endpoint, extra=paths)
-    paths["paths"]["var"] = f"{server.make_bucket('weblm-bench')}/run"
-    overlay = yaml.safe_load(gcs_overlay(tmp / "gs.yaml", server.endpoint).read_text())
-    (tmp / "gs.yaml").write_text(yaml.safe_dump({**overlay, **paths}))
-    return tmp / "gs.yaml"
+        bucket, overlay = make_bucket(server.endpoint, "weblm-bench"), storage_overlay
+    else:
+        bucket, overlay = server.make_bucket("weblm-bench"), gcs_overlay
+    paths = {"paths": {"var": f"{bucket}/run", "local": str(tmp / f"{store}-local")}}
+    return overlay(tmp / f"{store}.yaml", server.endpoint, extra=paths)
 
 
 def main(profile: str, store: str) -> int:

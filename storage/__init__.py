@@ -289,7 +289,8 @@ def object_store_options(path: str) -> dict[str, str]:
     gs://: object_store takes a GCS endpoint only inside a service-account key (its `gcs_base_url`, with
     `disable_oauth` for no credentials), so an anonymous client gets such a key; credentialed clients on Google's
     endpoint use Google's own chain, as gcsfs does.  A custom endpoint with credentials is refused, not silently
-    sent to Google.  Reads are tested against fake-gcs-server; object_store's uploads are not (it answers them 400).
+    sent to Google.  Reads are tested against fake-gcs-server; uploads are not: fake-gcs-server answers
+    object_store's uploads with 400.
     """
     protocol = _protocol(path)
     if protocol == "gs":

@@ -14,9 +14,7 @@ import sys
 import urllib.request
 from pathlib import Path
 
-import yaml
-
-from tests.support.s3server import HttpServer
+from tests.support.s3server import HttpServer, write_overlay
 
 PROJECT = "weblm-test"
 
@@ -39,7 +37,6 @@ class GcsServer(HttpServer):
         return f"gs://{name}"
 
 
-def gcs_overlay(path: Path, endpoint: str) -> Path:
+def gcs_overlay(path: Path, endpoint: str, extra: dict | None = None) -> Path:
     """An overlay file that points conf/storage.yaml's gcs section at `endpoint`, without credentials."""
-    path.write_text(yaml.safe_dump({"storage": {"gcs": {"endpoint_url": endpoint, "anonymous": True}}}))
-    return path
+    return write_overlay(path, {"storage": {"gcs": {"endpoint_url": endpoint, "anonymous": True}}}, extra)

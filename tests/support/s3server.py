@@ -79,7 +79,12 @@ def make_bucket(endpoint: str, name: str) -> str:
 
 def storage_overlay(path: Path, endpoint: str, extra: dict | None = None) -> Path:
     """An overlay file that points conf/storage.yaml at `endpoint` (path-style, as moto and MinIO need)."""
-    data = {"storage": {"s3": {"endpoint_url": endpoint, "path_style": True, "max_attempts": 2}}}
+    return write_overlay(path, {"storage": {"s3": {"endpoint_url": endpoint, "path_style": True, "max_attempts": 2}}},
+                         extra)
+
+
+def write_overlay(path: Path, data: dict, extra: dict | None = None) -> Path:
+    """Write conf overlay `data` to `path`, each top-level section of `extra` merged into it."""
     for section, values in (extra or {}).items():
         data.setdefault(section, {}).update(values)
     path.write_text(yaml.safe_dump(data))
