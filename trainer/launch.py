@@ -4,7 +4,8 @@
     python -m trainer.launch slurm --nodes 4 --gpus-per-node 8 [-o key=value ...] > train.sbatch
     python -m trainer.launch k8s --nodes 4 --gpus-per-node 8 --image REGISTRY/weblm:TAG [-o ...] > train.yaml
 
-Rendered from string templates in deploy/trainer/, so the files a user edits are the files we test.
+Rendered from string templates in trainer/templates/ (package data: they ship in the wheel, so an installed
+trainer renders them too), so the files a user edits are the files we test.
 The rendezvous is torchrun's c10d store on the first node; every rank resumes from the run folder's
 last checkpoint (`--resume`), so a restarted worker group continues instead of starting over.
 """
@@ -21,7 +22,7 @@ from conf import ConfigError, split_paths_overrides
 from conf.paths import load_paths
 from trainer.config import load_trainer_config
 
-TEMPLATES = Path(__file__).resolve().parents[1] / "deploy" / "trainer"
+TEMPLATES = Path(__file__).resolve().parent / "templates"
 
 
 @dataclass(frozen=True)
