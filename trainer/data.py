@@ -22,7 +22,9 @@ import torch
 from megatron.core.datasets.blended_dataset import BlendedDataset
 from megatron.core.datasets.blended_megatron_dataset_builder import BlendedMegatronDatasetBuilder
 from megatron.core.datasets.gpt_dataset import GPTDataset, GPTDatasetConfig
+from megatron.core.datasets.indexed_dataset import IndexedDataset
 from megatron.core.datasets.megatron_tokenizer import MegatronLegacyTokenizer
+from megatron.core.datasets.utils import Split
 
 from trainer.config import TrainerConfig
 from trainer.mcore_patches import MACHINE_CACHE_PATCHES, applied
@@ -101,6 +103,7 @@ class StageData:
 class Datasets:
     stages: list[StageData]        # in training order; one for a plain mix
     valid: BlendedDataset | GPTDataset | None   # the first stage's validation split
+    valid_shard_ids: list[int]     # manifest shard id of each of valid's datasets, in blend order
     doc_ids: list[list[str]]       # per manifest shard: doc_id of each sequence
     shard_names: list[str]
     seed: int
@@ -123,16 +126,16 @@ class Datasets:
                 return stage.train.datasets[local] if isinstance(stage.train, BlendedDataset) else stage.train
         raise IndexError(f"shard {shard_id} is in no stage")
 
-    def locate(self, epoch_sample: int, split: BlendedDataset | GPTDataset | None = None,
-               stage: int = 0) -> tuple[int, int]:
-        """(manifest shard id, that shard's sample number) of one sample of a stage's training epoch (or of
-        `split`, a split of the first stage)."""
-        split = self.stages[stage].train if split is None else split
+    def locate(self, epoch_sample: int, stage: int = 0, valid: bool = False) -> tuple[int, int]:
+        """(manifest shard id, that shard's sample number) of one sample of a stage's training epoch (or of the
+        validation split)."""
+        split, ids = (self.valid, self.valid_shard_ids) if valid else (self.stages[stage].train,
+                                                                      self.stages[stage].shard_ids)
         if isinstance(split, BlendedDataset):
             local, sample = int(split.dataset_index[epoch_sample]), int(split.dataset_sample_index[epoch_sample])
         else:
             local, sample = 0, epoch_sample
-        return self.stages[stage].shard_ids[local], sample
+        return ids[local], sample
 
     def stage_of(self, index: int) -> int:
         return next(k for k, stage in enumerate(self.stages) if stage.end is None or index < stage.end)
@@ -177,34 +180,39 @@ def dataset_config(cfg: TrainerConfig, manifest: Manifest, cache_dir: Path,
 
 
 def build_datasets(cfg: TrainerConfig, manifest: Manifest, cache_dir: Path, per_machine: bool = False) -> Datasets:
-    """Per stage of the manifest, one GPTDataset per shard, one epoch of each split blended by megatron's builder.
-    megatron's rank 0 writes the index arrays to `cache_dir` and the other ranks read them there; `per_machine`
-    when each machine has a `cache_dir` of its own: then each machine's first rank writes them (mcore_patches).
+    """Per stage of the manifest, one GPTDataset per shard, one epoch of its training split blended by megatron's
+    builder, and of the first stage's validation split when the run evaluates.  megatron's rank 0 writes the index
+    arrays to `cache_dir` and the other ranks read them there; `per_machine` when each machine has a `cache_dir` of
+    its own: then each machine's first rank writes them (mcore_patches).
+
+    megatron blends shards by their samples and refuses a shard with none in a split (a bare AssertionError in its
+    BlendedDataset): a shard whose part of a split does not fill one sample (a small last shard, a shard of a few
+    documents whose valid share rounds to none) is left out of that split's blend, with a warning that says how
+    many tokens stay unread.  megatron drops every shard's last partial sample the same way.
 
     A staged mix (SEAMS §4: a broad mix, then a high-quality annealing one) is trained in order: every stage
     but the last covers one epoch of its samples, the export having sized each stage's tokens; the last
     repeats until the run ends.  A batch at a stage boundary holds the end of one and the start of the next.
     """
     evaluate = cfg.schedule.eval_interval > 0
-    _check_valid_split(cfg, manifest, evaluate)
-    stages, valid, start = [], None, 0
+    stages, valid, valid_ids, start = [], None, [], 0
     for k, stage in enumerate(manifest.stages):
-        with applied(MACHINE_CACHE_PATCHES) if per_machine else contextlib.nullcontext():
-            train, stage_valid, _ = BlendedMegatronDatasetBuilder(
-                GPTDataset, [None, None, None], lambda: True,
-                dataset_config(cfg, manifest, cache_dir, list(stage.shard_ids))).build()
+        train_ids = _shards_with_samples(cfg, manifest, cache_dir, list(stage.shard_ids), Split.train)
+        train = _build_split(cfg, manifest, cache_dir, train_ids, Split.train, per_machine)
         if train is None or len(train) == 0:
             tokens = sum(manifest.shards[i].tokens for i in stage.shard_ids)
             raise ManifestError(f"stage {stage.name!r} of the shards holds no training sample of "
                                 f"{cfg.model.seq_length} tokens ({tokens} tokens in all); export more documents "
                                 "or lower model.seq_length")
         last = k == len(manifest.stages) - 1
-        stages.append(StageData(stage.name, train, list(stage.shard_ids), start, None if last else start + len(train)))
-        valid = stage_valid if k == 0 else valid
+        stages.append(StageData(stage.name, train, train_ids, start, None if last else start + len(train)))
         start += len(train)
+        if k == 0 and evaluate:
+            valid_ids = _shards_with_samples(cfg, manifest, cache_dir, list(stage.shard_ids), Split.valid)
+            valid = _build_split(cfg, manifest, cache_dir, valid_ids, Split.valid, per_machine)
     per_shard = [read_sources(s) for s in manifest.shards] if evaluate else []
     names = sorted({name for shard in per_shard for name in shard})
-    datasets = Datasets(stages=stages, valid=valid if evaluate else None,
+    datasets = Datasets(stages=stages, valid=valid, valid_shard_ids=valid_ids,
                         doc_ids=[read_doc_ids(s) for s in manifest.shards],
                         shard_names=[s.name for s in manifest.shards], seed=cfg.seed, source_names=names,
                         sources=[[names.index(n) for n in shard] for shard in per_shard])
@@ -219,24 +227,61 @@ def build_datasets(cfg: TrainerConfig, manifest: Manifest, cache_dir: Path, per_
     return datasets
 
 
+def _split_config(cfg: TrainerConfig, manifest: Manifest, cache_dir: Path, shard_ids: list[int],
+                  split: Split) -> GPTDatasetConfig:
+    """`dataset_config` that builds `split` alone: the same documents of each shard (data.split's bounds), no
+    other split.  The split matrix is in megatron's cache key, so these indices never mix with others."""
+    config = dataset_config(cfg, manifest, cache_dir, shard_ids)
+    config.split_matrix = [bounds if i == split.value else None for i, bounds in enumerate(config.split_matrix)]
+    return config
+
+
+def _shards_with_samples(cfg: TrainerConfig, manifest: Manifest, cache_dir: Path, shard_ids: list[int],
+                         split: Split) -> list[int]:
+    """The shards of `shard_ids` whose part of `split` fills at least one sample; a warning for the others.
+
+    The count is GPTDataset's own for one epoch (its `__len__` with deferred indices): the split's documents
+    [round(lo * n), round(hi * n)) as the builder rounds them, (tokens - the extra label token) // sequence
+    length, the last partial sample dropped (kept only in a validation split when megatron is told so)."""
+    config = _split_config(cfg, manifest, cache_dir, shard_ids, split)
+    bounds = config.split_matrix[split.value]
+    kept = []
+    for shard_id in shard_ids:
+        shard = manifest.shards[shard_id]
+        indexed = IndexedDataset(shard.prefix)   # held while its lengths (a view of its mmap) are read
+        n = len(indexed)
+        begin, end = (int(round(b * n)) for b in bounds) if bounds else (0, 0)
+        tokens = int(indexed.sequence_lengths[begin:end].sum()) - config.add_extra_token_to_sequence
+        partial = split == Split.valid and not config.drop_last_partial_validation_sequence
+        samples = max(0, -(-tokens // config.sequence_length) if partial else tokens // config.sequence_length)
+        if samples:
+            kept.append(shard_id)
+        else:
+            log.warning("data: shard %s: its %s part (%d of its %d documents, %d tokens) fills no sample of %d "
+                        "tokens: left out of the %s split (data.split %r)", shard.name, split.name, end - begin, n,
+                        max(0, tokens + config.add_extra_token_to_sequence), config.sequence_length, split.name,
+                        cfg.data.split)
+    if split == Split.valid and not kept:
+        log.warning("data: no shard's valid part fills a sample of %d tokens: no validation loss this run; raise the "
+                    "valid share of data.split or export more documents", config.sequence_length)
+    return kept
+
+
+def _build_split(cfg: TrainerConfig, manifest: Manifest, cache_dir: Path, shard_ids: list[int], split: Split,
+                 per_machine: bool) -> BlendedDataset | GPTDataset | None:
+    """One epoch of `split` over `shard_ids`, blended by megatron's builder; None for no shard."""
+    if not shard_ids:
+        return None
+    with applied(MACHINE_CACHE_PATCHES) if per_machine else contextlib.nullcontext():
+        config = _split_config(cfg, manifest, cache_dir, shard_ids, split)
+        return BlendedMegatronDatasetBuilder(GPTDataset, [None, None, None], lambda: True, config).build()[split.value]
+
+
 def stage_plan(datasets: Datasets, global_batch_size: int) -> list[dict[str, Any]]:
     """Where each stage starts and ends, in run samples and steps (result.json, MLflow)."""
     return [{"stage": s.name, "first_sample": s.start, "first_step": s.start // global_batch_size,
              "samples_per_epoch": len(s.train), "shards": [datasets.shard_names[i] for i in s.shard_ids]}
             for s in datasets.stages]
-
-
-def _check_valid_split(cfg: TrainerConfig, manifest: Manifest, evaluate: bool) -> None:
-    if not evaluate:
-        return
-    shares = [float(x) for x in cfg.data.split.split(",")]
-    lo, hi = shares[0] / sum(shares), (shares[0] + shares[1]) / sum(shares)
-    for shard in (manifest.shards[i] for i in manifest.stages[0].shard_ids):   # validation: the first stage
-        # Same rounding as megatron's builder: a shard whose valid slice rounds to no documents cannot evaluate.
-        if int(round(hi * shard.documents)) - int(round(lo * shard.documents)) < 1:
-            raise ManifestError(f"shard {shard.name} has {shard.documents} documents: data.split {cfg.data.split!r} "
-                                "leaves it no validation document; raise the valid share or set "
-                                "schedule.eval_interval=0")
 
 
 def global_batch_indices(step: int, global_batch_size: int) -> list[int]:
@@ -305,8 +350,8 @@ def eval_batches(cfg: TrainerConfig, datasets: Datasets, eod: int) -> list[Batch
 def _label_sources(datasets: Datasets, valid_sample: int, tokens: torch.Tensor, eod: int) -> torch.Tensor:
     """Which source each label of a validation sample belongs to: the documents of the sample follow one
     another, each ended by EOD, so a position's document is the number of EODs before it."""
-    shard_id, shard_sample = datasets.locate(valid_sample, datasets.valid)
-    local = datasets.stages[0].shard_ids.index(shard_id)
+    shard_id, shard_sample = datasets.locate(valid_sample, valid=True)
+    local = datasets.valid_shard_ids.index(shard_id)
     split = datasets.valid.datasets[local] if isinstance(datasets.valid, BlendedDataset) else datasets.valid
     sequences = sample_documents(split, shard_sample)
     before = torch.cumsum((tokens == eod).long(), 0) - (tokens == eod).long()

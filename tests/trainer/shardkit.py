@@ -34,12 +34,14 @@ def doc_id_for(shard: int, i: int) -> str:
 def build_shards(folder: Path, n_shards: int = 2, docs_per_shard: int = 60, seed: int = 0,
                  tokenizer: tuple[str, str] = ("var/tokenizer/test/spm.model", "ab" * 32),
                  documents: list[list[int]] | None = None,
-                 stages: list[tuple[str, list[int]]] | None = None) -> Path:
+                 stages: list[tuple[str, list[int]]] | None = None,
+                 shard_documents: list[list[list[int]]] | None = None) -> Path:
     """Write shard-0000k.{bin,idx,docs.jsonl} and manifest.json; return the manifest path.
 
     `tokenizer` is the manifest's (model, sha256): a path or URI as the export job writes it.
     `documents` (token ids below VOCAB, without EOD): shard k holds documents[k::n_shards] instead of
-    synthetic runs.  `stages`: a staged mix, [(stage name, [shard numbers])] in training order.
+    synthetic runs; `shard_documents`: shard k holds shard_documents[k] (shards of any sizes).  `stages`: a staged
+    mix, [(stage name, [shard numbers])] in training order.
     """
     folder.mkdir(parents=True, exist_ok=True)
     rng = np.random.default_rng(seed)
@@ -50,6 +52,7 @@ def build_shards(folder: Path, n_shards: int = 2, docs_per_shard: int = 60, seed
         tokens = 0
         with open(folder / f"{prefix}.docs.jsonl", "w") as docs:
             mine = documents[k::n_shards] if documents is not None else None
+            mine = shard_documents[k] if shard_documents is not None else mine
             count = len(mine) if mine is not None else docs_per_shard
             for i in range(count):
                 body = np.asarray(mine[i]) if mine is not None else synthetic_document(rng)

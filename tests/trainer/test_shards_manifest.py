@@ -43,6 +43,37 @@ def test_the_training_dataset_is_one_epoch_of_every_shard(manifest_path, tmp_pat
         assert set(np.asarray(datasets.train.dataset_index[:16]).tolist()) == {0, 1}
 
 
+def test_a_shard_whose_part_of_a_split_fills_no_sample_is_left_out_of_that_split_with_a_warning(tmp_path, caplog):
+    """megatron's builder asserts that every shard it blends has a sample (a bare AssertionError): a small last shard,
+    or shards of a document or two whose valid share rounds to none, used to stop the run there, evaluating or not."""
+    from shardkit import EOD, build_shards
+    from trainer.data import eval_batches
+    run = lambda n, length: [[3 + (i + j) % 200 for j in range(length - 1)] for i in range(n)]   # + EOD: length
+    # shard 0: 20 documents of 100 tokens (18 train, 2 valid); shard 1: one of 300 (train only: 10 % of one
+    # document rounds to none); shard 2: one of 40, under one sample of the tiny model's 64 tokens
+    manifest = load_manifest(build_shards(tmp_path / "shards", n_shards=3,
+                                          shard_documents=[run(20, 100), run(1, 300), run(1, 40)]))
+    samples = lambda tokens: (tokens - 1) // 64   # one epoch, the label's extra token, the partial sample dropped
+    for evaluate in (True, False):
+        cfg = tiny_config("schedule.steps=5", *([] if evaluate else ["schedule.eval_interval=0"]))
+        caplog.clear()
+        with open_backend(cfg), caplog.at_level("WARNING", logger="trainer.data"):
+            datasets = build_datasets(cfg, manifest, tmp_path / f"cache-{evaluate}")
+            assert datasets.stages[0].shard_ids == [0, 1]
+            assert [len(d) for d in datasets.train.datasets] == [samples(18 * 100), samples(300)]
+            shards = {record["shard"] for step in range(2) for record in micro_batches(cfg, datasets, step, 0, 1)[1]}
+            assert shards <= {"shard-00000", "shard-00001"}
+            left_out = [r.getMessage() for r in caplog.records]
+            assert any("shard shard-00002: its train part (1 of its 1 documents, 40 tokens)" in m for m in left_out)
+            if evaluate:
+                assert datasets.valid_shard_ids == [0] and len(datasets.valid) == samples(2 * 100)
+                assert any("shard shard-00001: its valid part (0 of its 1 documents, 0 tokens)" in m for m in left_out)
+                batches = eval_batches(cfg, datasets, EOD)
+                assert batches and all(b.source_ids.shape == b.tokens.shape for b in batches)
+            else:
+                assert datasets.valid is None and not any("valid part" in m for m in left_out)
+
+
 def copy_shards(manifest_path, tmp_path):
     folder = tmp_path / "shards"
     shutil.copytree(manifest_path.parent, folder)
