@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 import storage
-from conf import split_paths_overrides
+from conf import ConfigError, split_paths_overrides
 from conf.paths import Paths, load_paths
 from jobs.config import JobsConfig, load_jobs_config
 
@@ -208,6 +208,7 @@ def build_session(cfg: JobsConfig, paths: Paths, master: str | None, app_name: s
     active = SparkSession.getActiveSession()
     if active is not None:
         apply_storage_conf(active)
+        require_delta(active, paths)
         return active, False
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # avoids the loopback-hostname warning on laptops
     if "PYSPARK_GATEWAY_PORT" in os.environ:
@@ -232,7 +233,35 @@ def build_session(cfg: JobsConfig, paths: Paths, master: str | None, app_name: s
     builder = builder.config("spark.sql.shuffle.partitions", str(cfg.spark.shuffle_partitions))
     for key, value in {**storage.spark_conf(), **cfg.spark.conf}.items():
         builder = builder.config(key, str(value))
-    return builder.getOrCreate(), True
+    spark = builder.getOrCreate()
+    try:
+        require_delta(spark, paths)
+    except ConfigError:
+        spark.stop()
+        raise
+    return spark, True
+
+
+DELTA_PACKAGE = "io.delta:delta-spark_4.2_2.13:4.4.0"   # jobs/jars/pom.xml's, for Spark 4.2
+
+
+def require_delta(spark, paths: Paths) -> None:
+    """Stop before any work, saying what to do, when this Spark cannot load Delta Lake: otherwise the first table
+    read fails deep inside a job with Spark's DATA_SOURCE_NOT_FOUND and a Java stack."""
+    try:
+        jvm = spark.sparkContext._jvm
+    except Exception:  # noqa: BLE001  (Spark Connect has no JVM here: its server, e.g. Databricks', ships Delta)
+        return
+    from py4j.protocol import Py4JJavaError
+
+    try:  # Spark's own class loader: the one that holds spark.jars and --packages
+        jvm.org.apache.spark.util.Utils.classForName("io.delta.tables.DeltaTable", True, False)
+    except Py4JJavaError:
+        raise ConfigError(
+            f"this Spark cannot load Delta Lake (io.delta.tables.DeltaTable): neither paths.spark_jars_dir "
+            f"({paths.spark_jars_dir}) nor the launch's jars hold it. In a checkout run `make jars`; with spark-submit "
+            f"add --packages {DELTA_PACKAGE} (or --jars); elsewhere set paths.spark_jars_dir to a folder of Delta's "
+            "jars") from None
 
 
 def apply_storage_conf(spark) -> None:

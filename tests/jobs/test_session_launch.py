@@ -48,3 +48,21 @@ def test_spark_submit_keeps_its_master_and_jars_and_the_gs_connector_gets_its_se
     assert seen["created"] and seen["master"] == "local[1]"          # conf/jobs.yaml says local[2]
     assert [Path(jar).name for jar in seen["jars"]] == [jar.name for jar in given]   # not the folder's 40-odd jars
     assert seen["gs"] == {**GCS_CONNECTOR_CONF, "spark.hadoop.fs.gs.block.size": "1048576"}  # the command line wins
+
+
+def test_a_spark_without_delta_lake_stops_before_any_work_saying_how_to_add_it(tmp_path):
+    """A job on a Spark that has no Delta jars (none in paths.spark_jars_dir, none given at launch) used to fail at
+    its first table read, deep inside the job, with DATA_SOURCE_NOT_FOUND and a Java stack."""
+    from jobs.base import DELTA_PACKAGE
+    from jobs.deploy import delta_package
+    assert DELTA_PACKAGE == delta_package()   # the package the message names is the one jobs/jars/pom.xml pins
+    (tmp_path / "no-jars").mkdir()
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "SPARK_LOCAL_IP": "127.0.0.1"}
+    env.pop("WEBLM_CONF_OVERLAY", None)
+    done = subprocess.run([sys.executable, "-m", "jobs.ingest", "-o", f"paths.var={tmp_path / 'var'}",
+                           "-o", f"paths.spark_jars_dir={tmp_path / 'no-jars'}", "-o", "spark.master=local[1]"],
+                          capture_output=True, text=True, env=env, cwd=ROOT, timeout=300)
+    assert done.returncode != 0
+    assert "ConfigError: this Spark cannot load Delta Lake" in done.stderr, done.stderr[-3000:]
+    assert f"--packages {DELTA_PACKAGE}" in done.stderr and "make jars" in done.stderr
+    assert "DATA_SOURCE_NOT_FOUND" not in done.stderr and not (tmp_path / "var" / "lake").exists()
