@@ -19,6 +19,27 @@ def route(value) -> LanguageRoute:
         min_language_score=float(value["min_language_score"]), groups=list(value["groups"]))
 
 
+C4_LINES_GROUP = "c4"   # the group whose languages get C4's line removal, beside its filter rules
+
+
+def _routes(cfg: QualitySettings) -> dict[str, LanguageRoute]:
+    return {"default": route(cfg.routing.default),
+            **{lang: route(r) for lang, r in (cfg.routing.per_language or {}).items()}}
+
+
+def routing_gaps(cfg: QualitySettings) -> dict[str, list[str]]:
+    """Where `quality.filters` and `quality.routing` do not meet: rules whose group no language routes to (they apply
+    to no document) and routed groups that no rule has (for a misspelt name, that group's rules are off for the
+    language).  Either can be meant (a group switched off everywhere, rules replaced by an overlay), so the job warns
+    and counts rather than refusing."""
+    routes = {"default": route(cfg.routing.default),
+              **{lang: route(r) for lang, r in (cfg.routing.per_language or {}).items()}}
+    routed = {group for r in routes.values() for group in r.groups}
+    ruled = {rule.group for rule in cfg.filters} | {C4_LINES_GROUP}
+    return {"rules_routed_to_no_language": [rule.reason for rule in cfg.filters if rule.group not in routed],
+            "routed_groups_without_rules": sorted(routed - ruled)}
+
+
 def check_settings(cfg: QualitySettings, columns: list[str]) -> None:
     """Fail early, with the fix, on a rule that names no signal column or has no bound."""
     for rule in cfg.filters:

@@ -109,6 +109,13 @@ class QualityJob(SparkJob):
         cfg = self.cfg.quality
         params, scorer_settings = signal_params(cfg), dict(cfg.scorers or {})
         columns = signals.table_columns(scorer_settings)   # imports every enabled scorer: a bad name fails here
+        filters.check_settings(cfg, list(columns))   # a bad rule fails now, not after the scoring
+        gaps = filters.routing_gaps(cfg)
+        if any(gaps.values()):
+            log.warning("quality: filter rules whose group no language routes to (they apply to no document): %s; "
+                        "groups quality.routing names that no rule has: %s",
+                        gaps["rules_routed_to_no_language"] or "none", gaps["routed_groups_without_rules"] or "none")
+            self.metrics.extra.update(gaps)
         paths = self.paths
         # load every enabled scorer here first: a missing model stops the job at once with the command that
         # trains it, instead of failing each Spark task with the message buried in a worker traceback
@@ -195,9 +202,9 @@ class QualityJob(SparkJob):
             kept = view if cfg.mode == "flag" else view.where(F.col("drop_reason").isNull())
             rules = line_removal(cfg)
             edit = settings_sha256(asdict(rules))[:16]
+            edited_here = F.lit(rules.enabled) & filters.applies(filters.C4_LINES_GROUP, cfg)
             kept = (kept.withColumnRenamed("content_sha256", "source_sha256")
-                    .withColumn("edit_sha256", F.when(F.lit(rules.enabled) & filters.applies("c4", cfg), F.lit(edit))
-                                .otherwise(F.lit(NO_EDIT))))
+                    .withColumn("edit_sha256", F.when(edited_here, F.lit(edit)).otherwise(F.lit(NO_EDIT))))
             self.metrics.extra["languages"] = {r[0]: {"documents": r[1], "kept": r[2]} for r in view.groupBy("language").agg(
                 F.count(F.lit(1)), F.sum(F.when(F.col("drop_reason").isNull(), 1).otherwise(0))).collect()}
             path = self.table(cfg.tables.output)

@@ -136,6 +136,11 @@ def test_retuning_a_threshold_recomputes_no_signal_and_a_changed_text_is_scored_
     kept = {r["doc_id"] for r in read(spark, lake, "silver.quality").collect()}
     assert kept == {"en-good", "en-pii", "de-good", "en-short", "extra"}
     assert run(lake).extra["signals_computed"] == 0   # idempotent: nothing new, nothing scored
+    assert "rules_routed_to_no_language" not in again.extra
+    # a rule added in a group that no language routes to applies to nothing: the run says so in its metrics
+    stray = run(lake, "quality.filters=[{reason: huge_only, group: test, column: n_chars, min: 1000000}]")
+    assert stray.extra["rules_routed_to_no_language"] == ["huge_only"] and stray.extra["signals_computed"] == 0
+    assert "gopher_quality" in stray.extra["routed_groups_without_rules"]
 
 
 def test_c4_line_removal_edits_the_kept_text_counts_it_and_recomputes_no_signal(spark, tmp_path):

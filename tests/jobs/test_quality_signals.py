@@ -242,3 +242,22 @@ def test_each_scorer_gets_a_hash_column_and_the_filter_view_leaves_them_out(monk
         signals.table_columns({"length": {"enabled": True, "scale": 1.0}})
     assert signals.scorer_dependencies({"length": {"enabled": True, "scale": 1.0}}, None) == {
         "length": {"version": signals.SIGNATURE_VERSION, "settings": {"enabled": True, "scale": 1.0}, "model": ""}}
+
+
+def test_rules_and_routing_that_do_not_meet_are_named():
+    """A rule whose group no language routes to applies to no document (seen: a rule added in a group 'test' kept
+    every document, without a word); a misspelt group in a language's routing leaves that group's rules off.  The
+    quality job warns with these lists and puts them in its metrics."""
+    from jobs.config import load_jobs_config
+    from jobs.quality.filters import routing_gaps
+    assert routing_gaps(load_jobs_config().quality) == {"rules_routed_to_no_language": [],
+                                                        "routed_groups_without_rules": []}
+    misspelt = load_jobs_config(
+        ["quality.routing.per_language.en.groups=[bad_input, gopher_qualty, gopher_stop_words]"])
+    assert routing_gaps(misspelt.quality) == {"rules_routed_to_no_language": [],
+                                              "routed_groups_without_rules": ["gopher_qualty"]}
+    added = load_jobs_config(["quality.filters=[{reason: huge_only, group: test, column: n_chars, min: 1000000}]"])
+    assert routing_gaps(added.quality) == {
+        "rules_routed_to_no_language": ["huge_only"],
+        "routed_groups_without_rules": ["bad_input", "fineweb", "gopher_quality", "gopher_repetition",
+                                        "gopher_stop_words"]}
