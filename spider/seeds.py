@@ -30,10 +30,14 @@ def read_seeds(path: str | os.PathLike) -> list[str]:
         url = line.strip()
         if not url or url.startswith("#"):  # a '#' later in the line is a URL fragment, not a comment
             continue
-        parts = urlsplit(url)
-        if parts.scheme not in ("http", "https") or not parts.hostname:
+        try:
+            parts = urlsplit(url)
+            parts.port  # noqa: B018  (raises on a port out of range, as an unclosed "[" does in urlsplit)
+        except ValueError:
+            parts = None
+        if parts is None or parts.scheme not in ("http", "https") or not parts.hostname:
             bad += 1
-            logger.warning("%s:%d: %r is not an http(s) URL with a host; line skipped", path, number, url)
+            logger.warning("%s:%d: %r is not a valid http(s) URL with a host; line skipped", path, number, url)
             continue
         seeds.append(url)
     if not seeds:
