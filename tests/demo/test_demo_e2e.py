@@ -62,6 +62,20 @@ def test_notebook_traces_a_shard_sequence_to_its_warc_record(demo_run):
     assert "WARC record at offset" in proc.stdout and ".warc.gz" in proc.stdout
 
 
+def test_the_quality_report_notebook_shows_the_reports_numbers(demo_run):
+    """notebooks/quality_report.py, run as a script the way its first cell says: the same kept share and documents
+    per stage as `python -m jobs.report` gave the demo's summary."""
+    *_, summary, _, env = demo_run
+    proc = subprocess.run([sys.executable, "notebooks/quality_report.py"], cwd=ROOT,
+                          env=dict(env, PYTHONPATH=str(ROOT)), capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = summary["report"]
+    assert f"kept text share {report['kept_text_share']} in silver.deduped" in proc.stdout, proc.stdout[:2000]
+    for stage, kept in report["stages"].items():   # the funnel: stage, status, documents in, kept, ...
+        assert re.search(rf"\b{stage}\s+ok\s+\d+\s+{kept}\b", proc.stdout), (stage, proc.stdout[:2000])
+    assert "language_score" in proc.stdout and "gopher_short_doc" in proc.stdout   # the signals and their rules
+
+
 def test_every_stage_produced_output(demo_run):
     _, _, summary, stdout, _ = demo_run
     crawl = summary["crawl"]
