@@ -30,9 +30,15 @@ def read_jsonl(path: str) -> list[dict]:
         for n, line in enumerate(f, 1):
             if not line.strip():
                 continue
-            row = json.loads(line)
-            if "id" not in row or "text" not in row:
-                raise SystemExit(f"{path}:{n}: each line needs 'id' and 'text'; this one has {sorted(row)}")
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise SystemExit(f"{path}:{n}: not a JSON line ({exc})") from None
+            if not isinstance(row, dict) or "id" not in row or "text" not in row:
+                found = sorted(row) if isinstance(row, dict) else type(row).__name__
+                raise SystemExit(f"{path}:{n}: each line needs 'id' and 'text'; this one has {found}")
+            if row["text"] is not None and not isinstance(row["text"], str):
+                raise SystemExit(f"{path}:{n}: 'text' must be a string, not {type(row['text']).__name__}")
             doc_id = str(row["id"])
             if doc_id in seen:
                 raise SystemExit(f"{path}:{n}: id {doc_id!r} appears twice; ids must be unique")

@@ -6,6 +6,8 @@ import json
 import random
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -80,3 +82,20 @@ def test_dedup_files_writes_pairs_and_one_line_per_document(spark, tmp_path):
     assert score["pair_precision"] == 1.0 and score["pair_recall"] == 1.0
     assert score["true_pairs_both_kept"] == 0 and score["dropped_without_kept_duplicate"] == 0
     assert json.loads((out / "metrics.json").read_text())["status"] == "ok"
+
+
+def test_a_bad_input_line_is_refused_with_its_line_number(tmp_path):
+    """The command's output has one line per input document, so a line it cannot read stops it, saying which."""
+    from jobs.dedup_files import read_jsonl
+    path = tmp_path / "in.jsonl"
+    good = json.dumps({"id": 1, "text": "a b c"})
+    for bad, message in (('{"id": 2, "text": "x"', "in.jsonl:2: not a JSON line"),
+                         ('["id", "text"]', "in.jsonl:2: each line needs 'id' and 'text'; this one has list"),
+                         ('{"id": 2}', r"in.jsonl:2: each line needs 'id' and 'text'; this one has \['id'\]"),
+                         ('{"id": 2, "text": 7}', "in.jsonl:2: 'text' must be a string, not int"),
+                         (good, "in.jsonl:2: id '1' appears twice")):
+        path.write_text(good + "\n" + bad + "\n")
+        with pytest.raises(SystemExit, match=message):
+            read_jsonl(str(path))
+    path.write_text(good + "\n\n" + json.dumps({"id": "x", "text": None}) + "\n")
+    assert read_jsonl(str(path)) == [{"doc_id": "1", "text": "a b c"}, {"doc_id": "x", "text": ""}]
