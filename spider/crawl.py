@@ -15,6 +15,7 @@ import argparse
 import logging
 import os
 import sys
+from urllib.parse import urlsplit
 
 from scrapy.crawler import CrawlerProcess
 
@@ -60,6 +61,14 @@ def main(argv: list[str] | None = None) -> int:
     except (ConfigError, SeedError, ValueError) as exc:
         print(f"spider.crawl: {exc}", file=sys.stderr)
         return 2
+    if cfg.frontier.url.startswith(("redis://", "rediss://", "redis+cluster://")):
+        from spider.frontier.redis_backend import unreachable
+        why = unreachable(cfg.frontier.url)
+        if why:  # exit 1, not 2: a service manager's Restart=on-failure tries again until Redis is back
+            where = urlsplit(cfg.frontier.url)   # host and port only: the URL may carry a password
+            print(f"spider.crawl: the frontier's Redis at {where.hostname}:{where.port or 6379} does not answer "
+                  f"({why}); start Redis or correct frontier.url", file=sys.stderr)
+            return 1
     warc_dir = _location(args.warc_dir) if args.warc_dir else paths.warc_dir
     stats_path = _location(args.stats) if args.stats else paths.crawl_stats
 

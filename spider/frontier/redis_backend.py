@@ -54,6 +54,16 @@ def connect(url: str) -> redis.Redis | RedisCluster:
     return redis.Redis.from_url(url)
 
 
+def unreachable(url: str) -> str | None:
+    """Why the Redis (or Redis Cluster) at `url` does not answer a PING, or None when it does: a worker checks
+    before Scrapy starts, so that a Redis that is down is one line, not a reactor's traceback."""
+    try:
+        connect(url).ping()
+    except (redis.exceptions.RedisError, redis.exceptions.RedisClusterException) as exc:
+        return f"{type(exc).__name__}: {exc}"
+    return None
+
+
 class RedisFrontier(FrontierBackend):
     def __init__(self, url: str, namespace: str, partitions: int, bloom: BloomLayout):
         self.url, self.namespace, self.partitions, self.bloom = url, namespace, partitions, bloom

@@ -258,6 +258,21 @@ def test_the_crawl_rides_out_a_redis_restart(tmp_path, workers):
         server.stop()
 
 
+def test_a_worker_whose_redis_does_not_answer_at_start_says_so_in_one_line_and_exits_1(tmp_path):
+    """Before Scrapy starts: a service manager's Restart=on-failure tries again (exit 1, not a setting error's 2),
+    and the message names the host and port, never the password the URL may carry."""
+    import subprocess
+    from crawl_helpers import ROOT, crawl_command, env
+    from tests.support.s3server import free_port
+    port = free_port()   # nothing listens there
+    for url in (f"redis://:secret@127.0.0.1:{port}/0", f"redis+cluster://127.0.0.1:{port}"):
+        done = subprocess.run(crawl_command(["http://a.weblm.test/"], tmp_path, [f"frontier.url={url}"]), cwd=ROOT,
+                              env=env(), capture_output=True, text=True, timeout=60)
+        assert done.returncode == 1, done.stderr[-3000:]
+        assert f"the frontier's Redis at 127.0.0.1:{port} does not answer" in done.stderr, done.stderr[-3000:]
+        assert "Traceback" not in done.stderr and "secret" not in done.stderr
+
+
 def test_a_redis_cluster_crawl_equals_the_single_server_one(tmp_path, workers):
     cluster = RedisCluster(tmp_path / "cluster")
     try:
