@@ -251,16 +251,15 @@ def _shards_with_samples(cfg: TrainerConfig, manifest: Manifest, cache_dir: Path
         indexed = IndexedDataset(shard.prefix)   # held while its lengths (a view of its mmap) are read
         n = len(indexed)
         begin, end = (int(round(b * n)) for b in bounds) if bounds else (0, 0)
-        tokens = int(indexed.sequence_lengths[begin:end].sum()) - config.add_extra_token_to_sequence
+        tokens = int(indexed.sequence_lengths[begin:end].sum())
+        usable = tokens - config.add_extra_token_to_sequence   # a sample's labels reach one token past it
         partial = split == Split.valid and not config.drop_last_partial_validation_sequence
-        samples = max(0, -(-tokens // config.sequence_length) if partial else tokens // config.sequence_length)
-        if samples:
+        if max(0, -(-usable // config.sequence_length) if partial else usable // config.sequence_length):
             kept.append(shard_id)
         else:
             log.warning("data: shard %s: its %s part (%d of its %d documents, %d tokens) fills no sample of %d "
                         "tokens: left out of the %s split (data.split %r)", shard.name, split.name, end - begin, n,
-                        max(0, tokens + config.add_extra_token_to_sequence), config.sequence_length, split.name,
-                        cfg.data.split)
+                        tokens, config.sequence_length, split.name, cfg.data.split)
     if split == Split.valid and not kept:
         log.warning("data: no shard's valid part fills a sample of %d tokens: no validation loss this run; raise the "
                     "valid share of data.split or export more documents", config.sequence_length)

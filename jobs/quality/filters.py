@@ -23,6 +23,7 @@ C4_LINES_GROUP = "c4"   # the group whose languages get C4's line removal, besid
 
 
 def _routes(cfg: QualitySettings) -> dict[str, LanguageRoute]:
+    """Every routing entry by language, the default's under "default"."""
     return {"default": route(cfg.routing.default),
             **{lang: route(r) for lang, r in (cfg.routing.per_language or {}).items()}}
 
@@ -32,9 +33,7 @@ def routing_gaps(cfg: QualitySettings) -> dict[str, list[str]]:
     to no document) and routed groups that no rule has (for a misspelt name, that group's rules are off for the
     language).  Either can be meant (a group switched off everywhere, rules replaced by an overlay), so the job warns
     and counts rather than refusing."""
-    routes = {"default": route(cfg.routing.default),
-              **{lang: route(r) for lang, r in (cfg.routing.per_language or {}).items()}}
-    routed = {group for r in routes.values() for group in r.groups}
+    routed = {group for r in _routes(cfg).values() for group in r.groups}
     ruled = {rule.group for rule in cfg.filters} | {C4_LINES_GROUP}
     return {"rules_routed_to_no_language": [rule.reason for rule in cfg.filters if rule.group not in routed],
             "routed_groups_without_rules": sorted(routed - ruled)}

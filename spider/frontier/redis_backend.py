@@ -58,7 +58,11 @@ def unreachable(url: str) -> str | None:
     """Why the Redis (or Redis Cluster) at `url` does not answer a PING, or None when it does: a worker checks
     before Scrapy starts, so that a Redis that is down is one line, not a reactor's traceback."""
     try:
-        connect(url).ping()
+        client = connect(url)
+        try:
+            client.ping()
+        finally:
+            client.close()
     except (redis.exceptions.RedisError, redis.exceptions.RedisClusterException) as exc:
         return f"{type(exc).__name__}: {exc}"
     return None
