@@ -108,6 +108,7 @@ class Datasets:
     shard_names: list[str]
     seed: int
     source_names: list[str] = field(default_factory=list)   # the mix sources, sorted
+    left_out: dict[str, list[str]] = field(default_factory=dict)   # split -> shards whose part fills no sample
     sources: list[list[int]] = field(default_factory=list)   # per shard: index into source_names of each sequence
 
     @property
@@ -196,8 +197,16 @@ def build_datasets(cfg: TrainerConfig, manifest: Manifest, cache_dir: Path, per_
     """
     evaluate = cfg.schedule.eval_interval > 0
     stages, valid, valid_ids, start = [], None, [], 0
+    left_out: dict[str, list[str]] = {}
+
+    def leave_out(split: Split, ids: list[int], kept: list[int]) -> None:
+        names = [manifest.shards[i].name for i in ids if i not in kept]
+        if names:
+            left_out.setdefault(split.name, []).extend(names)
+
     for k, stage in enumerate(manifest.stages):
         train_ids = _shards_with_samples(cfg, manifest, cache_dir, list(stage.shard_ids), Split.train)
+        leave_out(Split.train, list(stage.shard_ids), train_ids)
         train = _build_split(cfg, manifest, cache_dir, train_ids, Split.train, per_machine)
         if train is None or len(train) == 0:
             tokens = sum(manifest.shards[i].tokens for i in stage.shard_ids)
@@ -209,13 +218,14 @@ def build_datasets(cfg: TrainerConfig, manifest: Manifest, cache_dir: Path, per_
         start += len(train)
         if k == 0 and evaluate:
             valid_ids = _shards_with_samples(cfg, manifest, cache_dir, list(stage.shard_ids), Split.valid)
+            leave_out(Split.valid, list(stage.shard_ids), valid_ids)
             valid = _build_split(cfg, manifest, cache_dir, valid_ids, Split.valid, per_machine)
     per_shard = [read_sources(s) for s in manifest.shards] if evaluate else []
     names = sorted({name for shard in per_shard for name in shard})
     datasets = Datasets(stages=stages, valid=valid, valid_shard_ids=valid_ids,
                         doc_ids=[read_doc_ids(s) for s in manifest.shards],
                         shard_names=[s.name for s in manifest.shards], seed=cfg.seed, source_names=names,
-                        sources=[[names.index(n) for n in shard] for shard in per_shard])
+                        sources=[[names.index(n) for n in shard] for shard in per_shard], left_out=left_out)
     if datasets.staged:
         g = cfg.batch.global_batch_size
         for stage in stages:

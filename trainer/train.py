@@ -111,6 +111,8 @@ def _train(cfg: TrainerConfig, paths: Paths, manifest: Manifest, folder: RunFold
         stages = stage_plan(datasets, cfg.batch.global_batch_size)
         if datasets.staged:   # the staged mix's boundaries, as MLflow params (data.stage.<name>.first_step)
             model_info |= {f"data.stage.{s['stage']}.first_step": s["first_step"] for s in stages}
+        # shards whose part of a split fills no sample (trainer/data.py): how many, as MLflow params
+        model_info |= {f"data.shards_left_out.{split}": len(names) for split, names in datasets.left_out.items()}
         main = backend.rank == 0
         if main:
             run = tracking.start_run(cfg, paths, manifest, model_info, progress.run_id)
@@ -152,7 +154,7 @@ def _train(cfg: TrainerConfig, paths: Paths, manifest: Manifest, folder: RunFold
         result = {"run_id": progress.run_id, "steps": progress.step, "first_loss": progress.first_loss,
                   "last_loss": progress.last_loss, "tokens_seen": progress.tokens_seen,
                   "checkpoint": checkpoint, "lineage": folder.lineage_location,
-                  "downstream": progress.downstream, "stages": stages}
+                  "downstream": progress.downstream, "stages": stages, "shards_left_out": datasets.left_out}
         folder.write_result(result)
         if main:
             tracking.finish([(files.lineage, "lineage"), (files.result, "")])

@@ -64,6 +64,8 @@ def test_a_shard_whose_part_of_a_split_fills_no_sample_is_left_out_of_that_split
             shards = {record["shard"] for step in range(2) for record in micro_batches(cfg, datasets, step, 0, 1)[1]}
             assert shards <= {"shard-00000", "shard-00001"}
             left_out = [r.getMessage() for r in caplog.records]
+            assert datasets.left_out == ({"train": ["shard-00002"], "valid": ["shard-00001", "shard-00002"]}
+                                         if evaluate else {"train": ["shard-00002"]})   # result.json, MLflow
             assert any("shard shard-00002: its train part (1 of its 1 documents, 40 tokens)" in m for m in left_out)
             if evaluate:
                 assert datasets.valid_shard_ids == [0] and len(datasets.valid) == samples(2 * 100)

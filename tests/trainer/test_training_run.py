@@ -26,9 +26,10 @@ def test_result_json_follows_the_seam(trained_run):
     out = trained_run["out"]
     written = json.loads((out / "result.json").read_text())
     assert set(written) == {"run_id", "steps", "first_loss", "last_loss", "tokens_seen", "checkpoint", "lineage",
-                            "downstream", "stages"}
+                            "downstream", "stages", "shards_left_out"}
     assert written["downstream"] == {}    # no evaluation.tasks
     assert [s["stage"] for s in written["stages"]] == ["main"] and written["stages"][0]["first_step"] == 0
+    assert written["shards_left_out"] == {}   # every shard of the tiny manifest fills train and valid samples
     assert Path(written["checkpoint"]).is_dir() and Path(written["checkpoint"]).name == "step-00000040"   # sharded
     assert Path(written["lineage"]) == out / "lineage" / "batches.jsonl"
 
