@@ -41,8 +41,8 @@ def test_config_rejects_bad_values():
 def test_seeds_skip_comments_and_bad_lines(tmp_path):
     path = tmp_path / "seeds.txt"
     # an unclosed IPv6 bracket and a port out of range make urlsplit raise: skipped like any bad line, not fatal
-    path.write_text("# the seeds\n\nhttp://a.weblm.test/\nftp://x/\nnot a url\nhttp://[::1/\nhttp://c.weblm.test:99999/\n"
-                    "  https://b.weblm.test/p#frag \n")
+    path.write_text("# the seeds\n\nhttp://a.weblm.test/\nftp://x/\nnot a url\nhttp://[::1/\n"
+                    "http://c.weblm.test:99999/\n  https://b.weblm.test/p#frag \n")
     assert read_seeds(path) == ["http://a.weblm.test/", "https://b.weblm.test/p#frag"]
     path.write_text("# nothing\n")
     with pytest.raises(SeedError, match="no http"):
