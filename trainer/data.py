@@ -199,14 +199,14 @@ def build_datasets(cfg: TrainerConfig, manifest: Manifest, cache_dir: Path, per_
     stages, valid, valid_ids, start = [], None, [], 0
     left_out: dict[str, list[str]] = {}
 
-    def leave_out(split: Split, ids: list[int], kept: list[int]) -> None:
-        names = [manifest.shards[i].name for i in ids if i not in kept]
+    def with_samples(split: Split, shard_ids: list[int]) -> list[int]:
+        kept, names = _shards_with_samples(cfg, manifest, cache_dir, shard_ids, split)
         if names:
             left_out.setdefault(split.name, []).extend(names)
+        return kept
 
     for k, stage in enumerate(manifest.stages):
-        train_ids = _shards_with_samples(cfg, manifest, cache_dir, list(stage.shard_ids), Split.train)
-        leave_out(Split.train, list(stage.shard_ids), train_ids)
+        train_ids = with_samples(Split.train, list(stage.shard_ids))
         train = _build_split(cfg, manifest, cache_dir, train_ids, Split.train, per_machine)
         if train is None or len(train) == 0:
             tokens = sum(manifest.shards[i].tokens for i in stage.shard_ids)
@@ -217,8 +217,7 @@ def build_datasets(cfg: TrainerConfig, manifest: Manifest, cache_dir: Path, per_
         stages.append(StageData(stage.name, train, train_ids, start, None if last else start + len(train)))
         start += len(train)
         if k == 0 and evaluate:
-            valid_ids = _shards_with_samples(cfg, manifest, cache_dir, list(stage.shard_ids), Split.valid)
-            leave_out(Split.valid, list(stage.shard_ids), valid_ids)
+            valid_ids = with_samples(Split.valid, list(stage.shard_ids))
             valid = _build_split(cfg, manifest, cache_dir, valid_ids, Split.valid, per_machine)
     per_shard = [read_sources(s) for s in manifest.shards] if evaluate else []
     names = sorted({name for shard in per_shard for name in shard})
@@ -247,15 +246,16 @@ def _split_config(cfg: TrainerConfig, manifest: Manifest, cache_dir: Path, shard
 
 
 def _shards_with_samples(cfg: TrainerConfig, manifest: Manifest, cache_dir: Path, shard_ids: list[int],
-                         split: Split) -> list[int]:
-    """The shards of `shard_ids` whose part of `split` fills at least one sample; a warning for the others.
+                         split: Split) -> tuple[list[int], list[str]]:
+    """The shards of `shard_ids` whose part of `split` fills at least one sample, and the names of the others,
+    each with a warning.
 
     The count is GPTDataset's own for one epoch (its `__len__` with deferred indices): the split's documents
     [round(lo * n), round(hi * n)) as the builder rounds them, (tokens - the extra label token) // sequence
     length, the last partial sample dropped (kept only in a validation split when megatron is told so)."""
     config = _split_config(cfg, manifest, cache_dir, shard_ids, split)
     bounds = config.split_matrix[split.value]
-    kept = []
+    kept, left_out = [], []
     for shard_id in shard_ids:
         shard = manifest.shards[shard_id]
         indexed = IndexedDataset(shard.prefix)   # held while its lengths (a view of its mmap) are read
@@ -267,13 +267,14 @@ def _shards_with_samples(cfg: TrainerConfig, manifest: Manifest, cache_dir: Path
         if max(0, -(-usable // config.sequence_length) if partial else usable // config.sequence_length):
             kept.append(shard_id)
         else:
+            left_out.append(shard.name)
             log.warning("data: shard %s: its %s part (%d of its %d documents, %d tokens) fills no sample of %d "
                         "tokens: left out of the %s split (data.split %r)", shard.name, split.name, end - begin, n,
                         tokens, config.sequence_length, split.name, cfg.data.split)
     if split == Split.valid and not kept:
         log.warning("data: no shard's valid part fills a sample of %d tokens: no validation loss this run; raise the "
                     "valid share of data.split or export more documents", config.sequence_length)
-    return kept
+    return kept, left_out
 
 
 def _build_split(cfg: TrainerConfig, manifest: Manifest, cache_dir: Path, shard_ids: list[int], split: Split,
