@@ -7,12 +7,20 @@ code, in one of three ways, applied in this order:
 
 1. the section file itself (`conf/<section>.yaml`, or `$WEBLM_CONF_DIR/<section>.yaml`);
 2. overlay files named in `$WEBLM_CONF_OVERLAY` (comma-separated YAML files whose
-   top-level keys are section names), e.g. `conf/profiles/smoke.yaml`;
+   top-level keys are section names), e.g. `conf/profiles/smoke.yaml`, then the YAML text of
+   `$WEBLM_CONF_INLINE` (same shape: how a process hands its settings to the Spark workers it starts);
 3. dotted overrides `key.sub=value` passed by the caller (command-line `-o`).
+
+`storage` is the one section every part reads, lazily and on Spark's executors too (object stores): every
+CLI takes its `-o storage.key=value` (`split_paths_overrides`), and a job's session ships the effective
+storage settings to its Python workers (`shipped_settings`), which have neither the driver's overlay files
+nor its command line.
 """
 from __future__ import annotations
 
+import copy
 import dataclasses
+import importlib
 import os
 import types
 import typing
@@ -22,6 +30,8 @@ from typing import Any, Iterable, Mapping, TypeVar
 import yaml
 
 CONF_DIR = Path(__file__).resolve().parent
+INLINE_ENV = "WEBLM_CONF_INLINE"
+SHARED_SECTIONS = {"storage": "storage.config:StorageConfig"}   # read by every part, and by a Spark job's workers
 T = TypeVar("T")
 
 
@@ -35,13 +45,7 @@ def conf_dir() -> Path:
 
 def read_section(section: str, overrides: Iterable[str] = ()) -> dict[str, Any]:
     """The merged raw mapping for one section: file, overlays, then overrides."""
-    path = conf_dir() / f"{section}.yaml"
-    if not path.exists():
-        raise ConfigError(f"no configuration file {path} for section {section!r}")
-    data = yaml.safe_load(path.read_text()) or {}
-    for overlay in filter(None, os.environ.get("WEBLM_CONF_OVERLAY", "").split(",")):
-        overlay_data = yaml.safe_load(Path(overlay).read_text()) or {}
-        _deep_merge(data, overlay_data.get(section) or {})
+    data = _merged(section, _inline())
     for item in overrides:
         key, sep, raw = item.partition("=")
         if not sep:
@@ -82,14 +86,69 @@ def build(cls: type[T], data: Mapping[str, Any], where: str = "") -> T:
 
 
 def split_paths_overrides(overrides: Iterable[str]) -> tuple[list[str], list[str]]:
-    """Every CLI takes `-o key=value`; a `paths.` prefix sends it to `conf/paths.yaml` instead.
+    """Every CLI takes `-o key=value`; a `paths.` prefix sends it to `conf/paths.yaml` instead, and a `storage.`
+    prefix sets it for the whole process (`set_shared`): storage is read wherever an object store is reached.
 
     Returns `(part_overrides, paths_overrides)`, the latter without the prefix.
     """
-    part, paths = [], []
+    part, paths, shared = [], [], []
     for item in overrides:
-        (paths if item.startswith("paths.") else part).append(item.removeprefix("paths."))
+        if item.startswith("paths."):
+            paths.append(item.removeprefix("paths."))
+        elif item.split(".", 1)[0] in SHARED_SECTIONS:
+            shared.append(item)
+        else:
+            part.append(item)
+    set_shared(shared)
     return part, paths
+
+
+def _merged(section: str, inline: Mapping[str, Any]) -> dict[str, Any]:
+    """The section's file, then the overlay files, then `inline` (what `$WEBLM_CONF_INLINE` holds)."""
+    path = conf_dir() / f"{section}.yaml"
+    if not path.exists():
+        raise ConfigError(f"no configuration file {path} for section {section!r}")
+    data = yaml.safe_load(path.read_text()) or {}
+    for overlay in filter(None, os.environ.get("WEBLM_CONF_OVERLAY", "").split(",")):
+        overlay_data = yaml.safe_load(Path(overlay).read_text()) or {}
+        _deep_merge(data, overlay_data.get(section) or {})
+    _deep_merge(data, copy.deepcopy(inline.get(section) or {}))
+    return data
+
+
+def _inline() -> dict[str, Any]:
+    text = os.environ.get(INLINE_ENV, "")
+    data = yaml.safe_load(text) if text.strip() else {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"${INLINE_ENV} holds no mapping of sections: {text[:80]!r}")
+    return data
+
+
+def set_shared(overrides: Iterable[str]) -> None:
+    """Apply `section.key=value` overrides of the shared sections to this process and to what it starts (child
+    processes; Spark's Python workers through `shipped_settings`), each section checked against its dataclass.
+
+    They are kept in `$WEBLM_CONF_INLINE`, which `read_section` merges after the overlay files."""
+    items = list(overrides)
+    if not items:
+        return
+    inline = _inline()
+    for item in items:
+        key, sep, raw = item.partition("=")
+        section, _, rest = key.strip().partition(".")
+        if not sep or section not in SHARED_SECTIONS or not rest:
+            raise ConfigError(f"override {item!r} is not one of {sorted(SHARED_SECTIONS)}.key=value")
+        _set_dotted(inline.setdefault(section, {}), rest, yaml.safe_load(raw))
+    for section in {item.split(".", 1)[0] for item in items}:   # a misspelt key fails here, not deep in a job
+        module, _, name = SHARED_SECTIONS[section].partition(":")
+        build(getattr(importlib.import_module(module), name), _merged(section, inline), where=section)
+    os.environ[INLINE_ENV] = yaml.safe_dump(inline, sort_keys=True)
+
+
+def shipped_settings() -> str:
+    """`$WEBLM_CONF_INLINE` for Spark's Python workers: this process's effective shared sections (files, overlays,
+    overrides), which hold on an executor that has only the wheel's conf/ and no overlay file."""
+    return yaml.safe_dump({section: read_section(section) for section in SHARED_SECTIONS}, sort_keys=True)
 
 
 def as_dict(obj: Any) -> dict[str, Any]:

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 import storage
-from conf import ConfigError, split_paths_overrides
+from conf import INLINE_ENV, ConfigError, shipped_settings, split_paths_overrides
 from conf.paths import Paths, load_paths
 from jobs.config import JobsConfig, load_jobs_config
 
@@ -208,6 +208,7 @@ def build_session(cfg: JobsConfig, paths: Paths, master: str | None, app_name: s
     active = SparkSession.getActiveSession()
     if active is not None:
         apply_storage_conf(active)
+        ship_settings(active)
         require_delta(active, paths)
         return active, False
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # avoids the loopback-hostname warning on laptops
@@ -234,6 +235,7 @@ def build_session(cfg: JobsConfig, paths: Paths, master: str | None, app_name: s
     for key, value in {**storage.spark_conf(), **cfg.spark.conf}.items():
         builder = builder.config(key, str(value))
     spark = builder.getOrCreate()
+    ship_settings(spark)
     try:
         require_delta(spark, paths)
     except ConfigError:
@@ -262,6 +264,19 @@ def require_delta(spark, paths: Paths) -> None:
             f"({paths.spark_jars_dir}) nor the launch's jars hold it. In a checkout run `make jars`; with spark-submit "
             f"add --packages {DELTA_PACKAGE} (or --jars); elsewhere set paths.spark_jars_dir to a folder of Delta's "
             "jars") from None
+
+
+def ship_settings(spark) -> None:
+    """Give the session's Python workers this process's storage settings (`conf.shipped_settings`): an executor
+    has the wheel's conf/ but neither the driver's overlay files nor its `-o storage.…`, and would reach the
+    default endpoint.  `SparkContext.environment` is what pyspark sends with every Python function it creates
+    (where it puts spark.executorEnv.*), so this holds for a session that was running before the job too."""
+    try:
+        environment = spark.sparkContext.environment
+    except Exception:  # noqa: BLE001  (Spark Connect: no SparkContext here; its server's workers read their conf/)
+        log.info("Spark Connect session: its Python workers read storage settings from their own conf/ only")
+        return
+    environment[INLINE_ENV] = shipped_settings()
 
 
 def apply_storage_conf(spark) -> None:

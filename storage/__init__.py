@@ -16,19 +16,25 @@ import uuid
 from pathlib import Path
 from typing import IO, Any, Iterator
 
+from conf import INLINE_ENV
 from conf.paths import is_uri, join  # noqa: F401  (re-exported: one notion of "URI" everywhere)
 from storage.config import StorageConfig, load_storage_config
 
 
-@functools.lru_cache(maxsize=None)
 def _config() -> StorageConfig:
+    # read again when what it is read from changes: `-o storage.…` sets $WEBLM_CONF_INLINE in a running process
+    return _config_from(*(os.environ.get(name, "") for name in ("WEBLM_CONF_DIR", "WEBLM_CONF_OVERLAY", INLINE_ENV)))
+
+
+@functools.lru_cache(maxsize=None)
+def _config_from(conf_dir: str, overlays: str, inline: str) -> StorageConfig:
     return load_storage_config()
 
 
 def reset() -> None:
     """Forget cached configuration and clients (tests that start a new S3 server, forked workers)."""
-    _config.cache_clear()
-    _filesystem.cache_clear()
+    _config_from.cache_clear()
+    _filesystem_for.cache_clear()
 
 
 def _protocol(path: str) -> str:
@@ -63,11 +69,15 @@ def storage_options(protocol: str) -> dict[str, Any]:
     return {}
 
 
-@functools.lru_cache(maxsize=None)
 def _filesystem(protocol: str):
+    return _filesystem_for(protocol, _config())
+
+
+@functools.lru_cache(maxsize=None)
+def _filesystem_for(protocol: str, config: StorageConfig):   # one client per protocol and settings
     import fsspec
 
-    if protocol == "gs" and _config().gcs.endpoint_url:
+    if protocol == "gs" and config.gcs.endpoint_url:
         # gcsfs's default class asks Google's gRPC Storage Control API for each bucket's layout first; a GCS-compatible
         # server does not serve it, and each call would wait out a 60 s timeout: its JSON-API class alone instead
         from gcsfs.core import GCSFileSystem

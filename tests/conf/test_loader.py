@@ -2,6 +2,7 @@
 from dataclasses import dataclass, field
 
 import pytest
+import yaml
 
 from conf import ConfigError, build, flatten, load, split_paths_overrides
 from conf.paths import load_paths
@@ -77,3 +78,29 @@ def test_flatten_names_nested_settings():
 def test_paths_prefix_routes_an_override_to_the_paths_section():
     assert split_paths_overrides(["steps=3", "paths.var=/tmp/x", "model.hidden=8"]) == (
         ["steps=3", "model.hidden=8"], ["var=/tmp/x"])
+
+
+def test_a_storage_override_on_any_command_line_holds_for_the_whole_process(monkeypatch):
+    """`-o storage.…` is taken by every CLI (the jobs', the trainer's, the crawl's), not refused as a setting of
+    the part: storage is read wherever an object store is reached.  It lives in $WEBLM_CONF_INLINE, which child
+    processes inherit and a Spark job ships to its workers, and the storage module reads it at once."""
+    import storage
+    from conf import INLINE_ENV, shipped_settings
+
+    monkeypatch.setenv(INLINE_ENV, "")   # restored after the test: it is what the overrides below set
+    before = storage._config().s3
+    part, paths = split_paths_overrides(["steps=3", "storage.s3.endpoint_url=http://minio.internal:9000",
+                                         "paths.var=s3://lake", "storage.s3.path_style=true"])
+    assert (part, paths) == (["steps=3"], ["var=s3://lake"])
+    now = storage._config().s3
+    assert (now.endpoint_url, now.path_style) == ("http://minio.internal:9000", True)
+    assert now.region == before.region   # the rest of the section stays as the files say
+    assert storage.storage_options("s3")["client_kwargs"]["endpoint_url"] == "http://minio.internal:9000"
+    shipped = yaml.safe_load(shipped_settings())["storage"]
+    assert shipped["s3"]["endpoint_url"] == "http://minio.internal:9000" and shipped["s3"]["region"] == before.region
+    # a misspelt key is refused when given, and changes nothing
+    with pytest.raises(ConfigError, match=r"unknown setting\(s\) \['endpont_url'\] in storage.s3"):
+        split_paths_overrides(["storage.s3.endpont_url=http://elsewhere"])
+    assert storage._config().s3.endpoint_url == "http://minio.internal:9000"
+    with pytest.raises(ConfigError, match=r"'storage.s3' is not one of \['storage'\].key=value"):
+        split_paths_overrides(["storage.s3"])
