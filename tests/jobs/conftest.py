@@ -258,7 +258,7 @@ def run_pipeline(lake: Path, shards: Path, argv: list[str]) -> Snapshot:
 def pipeline_runs(spark, crawl, tmp_path_factory) -> Runs:
     """Three `jobs.pipeline` runs on the fixture crawl: one whose tokenize stage cannot write its model, then
     `--resume` with that fixed, then `--only export --report` again.  Its final lake is also the in-process
-    reference that the local-cluster run must equal."""
+    reference that the standalone cluster run must equal."""
     var = tmp_path_factory.mktemp("pipeline-run")
     blocker = var / "blocker"
     blocker.write_text("a file where the tokenizer folder should be\n")
