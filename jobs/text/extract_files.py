@@ -63,8 +63,10 @@ class RunStats:
 
 
 def page_files(root: Path) -> list[Path]:
-    """The page files under `root`, in a stable order."""
-    return sorted(p for p in root.rglob("*") if p.name.endswith(SUFFIXES) and p.is_file())
+    """The page files under `root`, in a stable order; a link to nothing is one too (read, it is reported as an
+    unreadable file, not left out without a word)."""
+    return sorted(p for p in root.rglob("*") if p.name.endswith(SUFFIXES)
+                  and (p.is_file() or (p.is_symlink() and not p.exists())))
 
 
 def page_id(path: Path) -> str:

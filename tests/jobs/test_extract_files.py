@@ -93,13 +93,15 @@ def test_bad_input_gives_a_line_and_a_count_never_a_crash(tmp_path):
     (root / "huge.html.gz").write_bytes(gzip.compress(b"<p>" + b"x" * (CFG.max_html_bytes + 10) + b"</p>"))
     (root / "broken.html.gz").write_bytes(b"\x1f\x8b\x08\x00 not really gzip")
     (root / "empty.html").write_bytes(b"")
+    (root / "moved.html").symlink_to(tmp_path / "gone.html")   # a link whose page was moved away
+    (root / "folder.html").mkdir()                               # not a page, not counted
     stats = extract_files(root, tmp_path / "bad.jsonl", CFG)
     rows = {row["id"]: row["text"] for row in read_jsonl(tmp_path / "bad.jsonl")}
-    assert len(rows) == stats.files == 6
+    assert len(rows) == stats.files == 7
     assert CYRILLIC.strip() in rows["cp1251"] and "\ufffd" not in rows["cp1251"]  # detected, not replaced
     assert stats.decoded_by["detected"] == 1
-    assert stats.dropped == {"binary_content": 1, "too_deep": 1, "too_large": 1, "unreadable_file": 1, "empty_page": 1}
-    assert all(rows[name] == "" for name in ("random", "deep", "huge", "broken", "empty"))
+    assert stats.dropped == {"binary_content": 1, "too_deep": 1, "too_large": 1, "unreadable_file": 2, "empty_page": 1}
+    assert all(rows[name] == "" for name in ("random", "deep", "huge", "broken", "empty", "moved"))
 
 
 def test_the_command_reports_its_counts_on_stderr(pages, tmp_path):
