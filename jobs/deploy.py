@@ -128,6 +128,8 @@ def render_databricks(cfg: PipelineConfig) -> str:
             "libraries": libraries,
             "timeout_seconds": cfg.deploy.stage_timeout_s,
             "max_retries": cfg.deploy.retries,
+            # a retry waits out the failed run's lease on the lake (jobs/lease.py), else the retry is refused
+            "min_retry_interval_millis": int(cfg.lease.ttl_s * 1000),
         })
         tasks.append(task)
     job = {
@@ -224,7 +226,8 @@ with DAG(
     catchup=False,
     max_active_runs=1,
     is_paused_upon_creation={paused!r},
-    default_args={{"retries": {retries!r}, "execution_timeout": timedelta(seconds={timeout!r})}},
+    default_args={{"retries": {retries!r}, "retry_delay": timedelta(seconds={retry_delay!r}),
+                  "execution_timeout": timedelta(seconds={timeout!r})}},
     tags=["weblm"],
     doc_md=__doc__,
 ) as dag:
@@ -250,7 +253,8 @@ def render_airflow(cfg: PipelineConfig) -> str:
     return AIRFLOW_DAG.format(
         stages=stages, dag_id=cfg.deploy.name.replace("-", "_"), cron=cfg.schedule.cron, year=year, month=month,
         day=day, timezone=cfg.schedule.timezone, paused=cfg.schedule.paused, retries=cfg.deploy.retries,
-        timeout=cfg.deploy.stage_timeout_s, description="weblm: " + " -> ".join(s.name for s in STAGES))
+        retry_delay=int(cfg.lease.ttl_s), timeout=cfg.deploy.stage_timeout_s,
+        description="weblm: " + " -> ".join(s.name for s in STAGES))
 
 
 def render_requirements(cfg: PipelineConfig) -> str:

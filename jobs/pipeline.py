@@ -13,7 +13,9 @@ idempotent, so running one again is safe.  The run's state (`<lake>/<state_dir>/
 `storage`, so s3:// works) records each stage's status, timing and metrics file; after a failed
 stage, `--resume` starts at the first stage that did not finish ok.  `--report` writes the per-stage
 report (jobs/report.py) at the end, on the same session, whose Delta snapshots the stages already read;
-it is recorded in the state as `report`, and a failed report leaves every stage ok.
+it is recorded in the state as `report`, and a failed report leaves every stage ok.  One run at a time
+writes a lake: a run first takes the lake's lease (`<lake>/<state_dir>/lease.json`, jobs/lease.py), and a second
+run is refused, naming the first, before it reads or writes anything.
 """
 import argparse
 import importlib
@@ -33,10 +35,12 @@ from conf import ConfigError, load, split_paths_overrides
 from conf.paths import load_paths
 from jobs.base import build_session
 from jobs.config import load_jobs_config
+from jobs.lease import LakeBusy, Lease, LeaseSettings
 
 log = logging.getLogger("weblm.jobs.pipeline")
 
 STATE_FILE = "state.json"
+LEASE_FILE = "lease.json"   # one run at a time on a lake (jobs/lease.py)
 STATE_FORMAT = "weblm-pipeline-state/1"
 
 
@@ -100,6 +104,7 @@ class DeploySettings:
 @dataclass(frozen=True)
 class PipelineConfig:
     state_dir: str
+    lease: LeaseSettings
     schedule: ScheduleSettings
     deploy: DeploySettings
 
@@ -152,10 +157,11 @@ class RunState:
     each stage last did, and `resume_from` where `--resume` would start.
     """
 
-    def __init__(self, path: str, previous: dict | None, selected: Sequence[Stage], argv: list[str]) -> None:
+    def __init__(self, path: str, previous: dict | None, selected: Sequence[Stage], argv: list[str],
+                 run_id: str) -> None:
         self.path = path
         self.clock = 0.0  # monotonic start of the running stage
-        self.run_id = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ-") + uuid.uuid4().hex[:8]
+        self.run_id = run_id
         before = (previous or {}).get("stages", {})
         self.data = {"format": STATE_FORMAT, "run_id": self.run_id, "started": now(), "finished": None,
                      "status": "running", "argv": argv, "selected": [s.name for s in selected],
@@ -278,10 +284,30 @@ def run(argv: Sequence[str] | None = None) -> int:
         jobs_cfg = load_jobs_config(job_overrides)  # a bad setting fails here, before any stage ran
         path_overrides += list(args.path) + ([f"lake={args.lake}"] if args.lake else [])
         paths = load_paths(path_overrides, root=args.root)
+    except ConfigError as exc:
+        print(f"[pipeline] {exc}", file=sys.stderr, flush=True)
+        return 2
+    run_id = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ-") + uuid.uuid4().hex[:8]
+    lease = Lease(storage.join(paths.lake, cfg.state_dir, LEASE_FILE), run_id, cfg.lease)
+    try:
+        lease.acquire()   # before the state is read: what it says is then this run's to change
+    except LakeBusy as exc:
+        print(f"[pipeline] {exc}", file=sys.stderr, flush=True)
+        return 2
+    try:
+        return run_held(args, cfg, jobs_cfg, paths, stage_overrides, pipeline_overrides, lease)
+    finally:
+        lease.release()
+
+
+def run_held(args: argparse.Namespace, cfg: PipelineConfig, jobs_cfg, paths, stage_overrides: list[str],
+             pipeline_overrides: list[str], lease: Lease) -> int:
+    """`run`'s stages, once this run holds the lake's lease."""
+    try:
         state_path = storage.join(paths.lake, cfg.state_dir, STATE_FILE)
         previous = read_state(state_path)
         stages = select_stages(args.start, args.only, args.resume, previous, state_path)
-    except (ConfigError, PipelineError) as exc:
+    except PipelineError as exc:
         print(f"[pipeline] {exc}", file=sys.stderr, flush=True)
         return 2
     if not stages:
@@ -291,7 +317,7 @@ def run(argv: Sequence[str] | None = None) -> int:
 
     common = stage_argv(args, stage_overrides)
     rerun = "python -m jobs.pipeline --resume " + shlex.join(common + [a for o in pipeline_overrides for a in ("-o", o)])
-    state = RunState(state_path, previous, stages, common)
+    state = RunState(state_path, previous, stages, common, lease.run_id)
     print(f"[pipeline] run {state.run_id}: {' -> '.join(s.name for s in stages)} (state {state_path})", flush=True)
     try:
         spark, created = platform_session(jobs_cfg, paths, args.master)
@@ -302,6 +328,11 @@ def run(argv: Sequence[str] | None = None) -> int:
         return 1
     try:
         for i, stage in enumerate(stages, 1):
+            try:
+                lease.check()
+            except LakeBusy as exc:   # the state is the other run's now: this one writes nothing more
+                print(f"[pipeline] {exc} ({stage.name})", file=sys.stderr, flush=True)
+                return 1
             state.stage_started(stage)
             job = None
             try:

@@ -35,7 +35,8 @@ with DAG(
     catchup=False,
     max_active_runs=1,
     is_paused_upon_creation=True,
-    default_args={"retries": 1, "execution_timeout": timedelta(seconds=14400)},
+    default_args={"retries": 1, "retry_delay": timedelta(seconds=180),
+                  "execution_timeout": timedelta(seconds=14400)},
     tags=["weblm"],
     doc_md=__doc__,
 ) as dag:

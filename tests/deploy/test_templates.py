@@ -64,6 +64,8 @@ def test_databricks_job_has_one_wheel_task_per_stage_with_its_dependencies():
         assert pypi == deploy.cluster_requirements(load_pipeline_config())
         assert not [p for p in pypi if p.startswith(("pyspark", "delta-spark"))]  # the runtime's own
         assert task["timeout_seconds"] > 0
+        # a retry waits until the failed run's lease on the lake has expired, else the lease refuses it
+        assert task["min_retry_interval_millis"] >= load_pipeline_config().lease.ttl_s * 1000
     cluster = clusters[job["tasks"][0]["job_cluster_key"]]
     assert cluster["node_type_id"] == "${DATABRICKS_NODE_TYPE}" and cluster["num_workers"] >= 1
     assert job["schedule"] == {"quartz_cron_expression": "0 0 3 * * ?", "timezone_id": "UTC",
@@ -129,6 +131,8 @@ def test_airflow_dag_parses_without_airflow_and_lists_the_pipeline_stages():
     assert ast.literal_eval(settings["schedule"]) == cfg.schedule.cron
     assert ast.literal_eval(settings["is_paused_upon_creation"]) is True
     assert ast.literal_eval(settings["catchup"]) is False and ast.literal_eval(settings["max_active_runs"]) == 1
+    defaults = {ast.literal_eval(k): v for k, v in zip(settings["default_args"].keys, settings["default_args"].values)}
+    assert ast.unparse(defaults["retry_delay"]) == f"timedelta(seconds={int(cfg.lease.ttl_s)})"   # the lease's ttl
 
 
 def test_every_placeholder_is_documented_in_the_readme():
