@@ -19,6 +19,10 @@ class SparkSettings:
 @dataclass(frozen=True)
 class IngestSettings:
     patterns: list[str]
+    warc_lists: list[str]
+    warc_list_base: str
+    stat_threads: int
+    fetch_remote: bool
     files_per_task: int
     record_types: list[str]
     max_payload_bytes: int

@@ -1,6 +1,7 @@
 """WARC/ARC files -> `bronze.pages` + `bronze.warc_files` (SEAMS §2 -> §3), incremental and idempotent.
 
     python -m jobs.ingest [--full] [--lake DIR] [-p warc_dir=DIR|s3://bucket/warc] [FILE_OR_DIR ...]
+    python -m jobs.ingest --list warc.paths.gz        (Common Crawl: files at -o ingest.warc_list_base)
     spark-submit jobs/ingest.py ...
 
 Lists the files under the inputs (`storage.glob`: local folders and s3:// alike), leaves out those
@@ -12,13 +13,17 @@ doc_id (insert-only), then each file's summary is MERGEd into `bronze.warc_files
 or was read in part is read again by the next run.  A run with nothing new commits nothing.
 """
 import argparse
+import contextlib
 import logging
 import math
 import os
+import shutil
+import tempfile
 import uuid
 from collections import Counter
 from datetime import datetime, timezone
 from functools import partial
+from typing import Iterator
 
 import storage
 from jobs.base import SparkJob, merge_table, table_version
@@ -28,6 +33,7 @@ from jobs.warc.records import BRONZE_COLUMNS, SKIP_COLUMNS
 log = logging.getLogger("weblm.jobs.ingest")
 
 PAGES = "bronze.pages"
+WEB_SCHEMES = ("http://", "https://")
 FILES = "bronze.warc_files"
 
 
@@ -84,8 +90,19 @@ def read_schema():
 
 # -- listing ----------------------------------------------------------------------------------------------
 def _modified(info: dict) -> datetime | None:
-    """A file's modification time from fsspec's `info` (local: mtime; S3: LastModified), if it has one."""
-    value = info.get("mtime", info.get("LastModified", info.get("updated")))
+    """A file's modification time from fsspec's `info` (local: mtime; S3: LastModified; HTTP: Last-Modified), if it
+    has one."""
+    value = info.get("mtime", info.get("LastModified", info.get("updated", info.get("Last-Modified"))))
+    if isinstance(value, str):   # GCS: ISO 8601; HTTP: RFC 2822
+        from email.utils import parsedate_to_datetime
+
+        try:
+            value = datetime.fromisoformat(value)
+        except ValueError:
+            try:
+                value = parsedate_to_datetime(value)
+            except (TypeError, ValueError):
+                return None
     if isinstance(value, (int, float)):
         return datetime.fromtimestamp(value, tz=timezone.utc)
     if isinstance(value, datetime):
@@ -93,28 +110,67 @@ def _modified(info: dict) -> datetime | None:
     return None
 
 
-def list_warc_files(inputs: list[str], patterns: list[str]) -> list[dict]:
-    """Complete WARC/ARC files under the given folders (or the files themselves), sorted by path:
-    `{"file", "size", "modified"}` each.  Folders and files may be local paths or URIs (s3://...).
+def list_warc_files(inputs: list[str], patterns: list[str], entries: list[str] = (), stat_threads: int = 16
+                    ) -> list[dict]:
+    """Complete WARC/ARC files under the given folders (or the files themselves), and the files named in WARC lists
+    (`entries`, see `read_warc_lists`), sorted by path: `{"file", "size", "modified"}` each.  Folders and files may
+    be local paths or URIs (s3://, gs://, https://).
 
-    The spider's open files end in `.open` and match none of the patterns, so they are never read.
+    The spider's open files end in `.open` and match none of the patterns, so they are never read.  A listed file
+    that cannot be looked up (gone, refused) stays in with size -1: its read fails on the executor, and is counted
+    and recorded in `bronze.warc_files` like any unreadable file, to be tried again by the next run.
     """
     found: set[str] = set()
     for item in inputs:
         if not storage.is_uri(item):
             item = os.path.abspath(item)  # a command-line argument: relative to where the user runs it
-        if storage.isdir(item):
+        if item.startswith(WEB_SCHEMES):
+            found.add(item)   # a web server has no folders to list (fsspec would download the file to look for links)
+        elif storage.isdir(item):
             for pattern in patterns:
                 found.update(storage.glob(item, pattern))
         elif storage.isfile(item):
             found.add(item)
         else:
             raise FileNotFoundError(f"WARC input {item} does not exist; check paths.warc_dir or the arguments")
-    listed = []
-    for path in sorted(found):
-        info = storage.info(path)
-        listed.append({"file": path, "size": int(info["size"]), "modified": _modified(info)})
-    return listed
+    found.update(entries)
+
+    def described(path: str) -> dict:
+        try:
+            info = storage.info(path)
+            return {"file": path, "size": int(info["size"]), "modified": _modified(info)}
+        except Exception as exc:  # noqa: BLE001  (the executor's read reports it, with the file's other failures)
+            log.warning("ingest: cannot look up %s (%s: %s); its read will say why", path, type(exc).__name__, exc)
+            return {"file": path, "size": -1, "modified": None}
+
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max(1, stat_threads)) as pool:   # one request per remote file: in parallel
+        return list(pool.map(described, sorted(found)))
+
+
+def read_warc_lists(lists: list[str], base: str) -> list[str]:
+    """The files named in WARC lists: one path or URI per line (Common Crawl's `warc.paths.gz`, a list of your own),
+    gzipped or not, local or at a URI; blank lines and `#` comments are skipped.  A relative line is joined to
+    `base` (Common Crawl's lines are relative to its bucket: https://data.commoncrawl.org/ or s3://commoncrawl/)."""
+    import gzip
+
+    files: list[str] = []
+    for source in lists:
+        data = storage.read_bytes(source if storage.is_uri(source) else os.path.abspath(source))
+        if data[:2] == b"\x1f\x8b":
+            data = gzip.decompress(data)
+        for line in data.decode("utf-8").splitlines():
+            line = line.strip()
+            if not line or line.startswith("#"):
+                continue
+            if storage.is_uri(line) or os.path.isabs(line):
+                files.append(line)
+            elif not base:
+                raise ValueError(f"WARC list {source}: line {line!r} is relative and ingest.warc_list_base is empty")
+            else:
+                files.append(storage.join(base, line))
+    return files
 
 
 # -- the executors' side -----------------------------------------------------------------------------------
@@ -162,13 +218,8 @@ def read_files(batches, cfg, arrow_schema):
     rows: list[dict] = []
     payload = 0
     for batch in batches:
-        for file in batch.column("file").to_pylist():
-            rendered = rendered_doms(file)
-            for row in read_warc(file, cfg):
-                if rendered and row["kind"] == "page":
-                    row = with_rendered_dom(row, rendered)
-                if row["kind"] == "file":  # `status` of a page is its HTTP status: the file's gets its own column
-                    row = dict(row, file_status=row["status"], file_error=row["error"], status=None, error=None)
+        for file, size in zip(batch.column("file").to_pylist(), batch.column("size").to_pylist()):
+            for row in read_file(file, size, cfg):
                 rows.append({name: row.get(name) for name in names})
                 payload += len(row.get("html") or b"")
                 if len(rows) >= cfg.batch_rows or payload >= cfg.batch_bytes:
@@ -178,13 +229,58 @@ def read_files(batches, cfg, arrow_schema):
         yield pa.RecordBatch.from_pylist(rows, schema=arrow_schema)
 
 
+def read_file(file: str, size: int, cfg) -> Iterator[dict]:
+    """One file's rows: pages (with the crawl's rendered DOM where it has one), skips, then its summary."""
+    with fetched(file, size, cfg) as local:
+        rendered = rendered_doms(local)
+        for row in read_warc(local, cfg, warc_file=file):
+            if rendered and row["kind"] == "page":
+                row = with_rendered_dom(row, rendered)
+            if row["kind"] == "file":  # `status` of a page is its HTTP status: the file's gets its own column
+                row = dict(row, file_status=row["status"], file_error=row["error"], status=None, error=None)
+            yield row
+
+
+@contextlib.contextmanager
+def fetched(file: str, size: int, cfg) -> Iterator[str]:
+    """Where to read `file` from: a copy on this executor's disk when it is remote and `cfg.fetch_remote` (reading
+    a file takes four passes: the rendered DOMs, the record count, the records, the tail check; one download
+    instead of four reads over the network), removed afterwards; else the file itself.  Without room for the copy,
+    or when the download fails, the file is read where it is (and its passes fail or not, and say so)."""
+    if not cfg.fetch_remote or not storage.is_uri(file):
+        yield file
+        return
+    folder = tempfile.mkdtemp(prefix="weblm-ingest-")
+    try:
+        if size is not None and size >= 0 and shutil.disk_usage(folder).free < 2 * size:
+            log.warning("ingest: no room for a copy of %s (%d bytes) in %s: reading it over the network", file, size,
+                        folder)
+            yield file
+            return
+        local = os.path.join(folder, file.rstrip("/").rsplit("/", 1)[-1].split("?")[0] or "file")  # its suffix: reader
+        try:
+            storage.get_file(file, local)
+        except Exception as exc:  # noqa: BLE001  (the reads below report what is wrong with it)
+            log.warning("ingest: could not copy %s here (%s: %s): reading it over the network", file,
+                        type(exc).__name__, exc)
+            yield file
+            return
+        yield local
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
 # -- the job -------------------------------------------------------------------------------------------------
 class IngestJob(SparkJob):
     name = "ingest"
     description = "WARC/ARC files -> bronze.pages (MERGE on doc_id) + bronze.warc_files (one row per file)"
 
     def add_arguments(self, parser):
-        parser.add_argument("inputs", nargs="*", help="WARC files or folders, local or s3:// (default: paths.warc_dir)")
+        parser.add_argument("inputs", nargs="*", help="WARC files or folders, local or s3://, gs://, https:// "
+                            "(default: paths.warc_dir, unless ingest.warc_lists or --list names the files)")
+        parser.add_argument("--list", dest="lists", action="append", default=[], metavar="FILE",
+                            help="a WARC list: one path or URI per line, gzipped or not (Common Crawl's warc.paths.gz),"
+                            " relative lines joined to ingest.warc_list_base; adds to ingest.warc_lists")
         try:
             parser.add_argument("--full", action="store_true",
                                 help="read every file again, also those bronze.warc_files has as ok")
@@ -198,8 +294,12 @@ class IngestJob(SparkJob):
         cfg = self.cfg.ingest
         run_id = uuid.uuid4().hex
         ingested_at = datetime.now(timezone.utc)
-        inputs = args.inputs or [self.paths.warc_dir]
-        listed = list_warc_files(inputs, cfg.patterns)
+        lists = [*cfg.warc_lists, *getattr(args, "lists", [])]   # the pipeline passes no --list
+        entries = read_warc_lists(lists, cfg.warc_list_base)
+        if lists:
+            log.info("ingest: %d files named in %d WARC list(s)", len(entries), len(lists))
+        inputs = args.inputs or ([] if lists else [self.paths.warc_dir])
+        listed = list_warc_files(inputs, cfg.patterns, entries, cfg.stat_threads)
         self.metrics.extra.update(run_id=run_id, warc_files=len(listed))
         if not listed:
             log.warning("ingest: no WARC files under %s matching %s: nothing to ingest, no table written; "

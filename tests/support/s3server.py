@@ -36,7 +36,8 @@ class HttpServer:
     def __init__(self, name: str, args, probe_path: str, log_dir: Path) -> None:
         self.port = free_port()
         self.endpoint = f"http://127.0.0.1:{self.port}"
-        self._log = open(log_dir / f"{name}-{self.port}.log", "wb")
+        self.log_path = log_dir / f"{name}-{self.port}.log"
+        self._log = open(self.log_path, "wb")
         self.proc = subprocess.Popen(args(self.port), stdout=self._log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:

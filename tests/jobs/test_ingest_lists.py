@@ -1,0 +1,62 @@
+"""jobs.ingest over WARC lists (Common Crawl's warc.paths.gz, or a list of one's own) whose files are on a web
+server (Python's http.server over real HTTP, as data.commoncrawl.org serves them): relative lines joined to the
+base, each file copied to the executor once and read there, recorded in bronze.warc_files under its URL; a listed
+file that is not there fails alone, is counted and named, and is tried again by the next run."""
+from __future__ import annotations
+
+import gzip
+import sys
+
+import pytest
+from deltalake import DeltaTable
+
+from conftest import PAGES
+from jobs.ingest import IngestJob, read_warc_lists
+from tests.support.s3server import HttpServer
+
+
+@pytest.fixture(scope="module")
+def web(crawl, tmp_path_factory):
+    server = HttpServer("warc-web", lambda port: [sys.executable, "-m", "http.server", str(port), "--bind",
+                                                  "127.0.0.1", "--directory", str(crawl.warc_dir)],
+                        "/", tmp_path_factory.mktemp("warc-web"))
+    yield server
+    server.stop()
+
+
+def test_a_list_names_files_relative_to_its_base_and_skips_comments(tmp_path):
+    listing = tmp_path / "mine.txt"
+    listing.write_text("# my crawl\n\ncrawl-data/a.warc.gz\n  s3://other/b.warc.gz  \n/data/c.warc\n")
+    assert read_warc_lists([str(listing)], "https://data.commoncrawl.org/") == [
+        "https://data.commoncrawl.org/crawl-data/a.warc.gz", "s3://other/b.warc.gz", "/data/c.warc"]
+    with pytest.raises(ValueError, match="line 'crawl-data/a.warc.gz' is relative and ingest.warc_list_base is empty"):
+        read_warc_lists([str(listing)], "")
+
+
+def test_a_gzipped_list_of_files_on_a_web_server_is_ingested_and_recorded(spark, crawl, web, tmp_path):
+    listing = tmp_path / "warc.paths.gz"
+    names = [crawl.good_file.name, crawl.cut_file.name, "gone.warc.gz"]
+    listing.write_bytes(gzip.compress(("# CC-MAIN-TEST\n" + "\n".join(names) + "\n").encode()))
+    lake = tmp_path / "lake"
+    args = ["--lake", str(lake), "--list", str(listing), "-o", f"ingest.warc_list_base={web.endpoint}/"]
+    metrics = IngestJob().run(args)
+    good, cut, gone = (f"{web.endpoint}/{name}" for name in names)
+    files = {r["file"]: r for r in DeltaTable(str(lake / "bronze" / "warc_files")).to_pyarrow_table().to_pylist()}
+    assert set(files) == {good, cut, gone}   # paths.warc_dir is not read when a list names the files
+    assert files[good]["status"] == "ok" and files[good]["rows"] == len(PAGES)
+    assert files[good]["size"] == crawl.good_file.stat().st_size and files[good]["modified"] is not None
+    assert files[cut]["status"] == "partial" and files[cut]["rows"] == 2 and "truncated_record" in files[cut]["error"]
+    assert files[gone]["status"] == "failed" and files[gone]["size"] == -1
+    assert "cannot open: FileNotFoundError" in files[gone]["error"]
+    assert metrics.extra["files_by_status"] == {"ok": 1, "partial": 1, "failed": 1}
+    pages = DeltaTable(str(lake / "bronze" / "pages")).to_pyarrow_table().to_pylist()
+    assert sorted(p["warc_record_id"] for p in pages) == sorted(crawl.good_ids + crawl.cut_ids_kept)
+    assert {p["warc_file"] for p in pages} == {good, cut}
+    # each file was downloaded once (the executor reads its copy four times), its size asked once by the driver
+    requests = web.log_path.read_text()
+    assert requests.count(f'"GET /{crawl.good_file.name} ') == 1
+    assert requests.count(f'"HEAD /{crawl.good_file.name} ') == 1
+    # the next run reads again only what did not finish ok: the cut file and the missing one
+    again = IngestJob().run(args)
+    assert again.extra["files_to_read"] == 2 and again.extra["files_already_ingested"] == 1
+    assert again.output_rows == 0
