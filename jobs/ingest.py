@@ -20,6 +20,7 @@ import os
 import shutil
 import tempfile
 import uuid
+import zlib
 from collections import Counter
 from datetime import datetime, timezone
 from functools import partial
@@ -250,7 +251,10 @@ def fetched(file: str, size: int, cfg) -> Iterator[str]:
     if not cfg.fetch_remote or not storage.is_uri(file):
         yield file
         return
-    folder = tempfile.mkdtemp(prefix="weblm-ingest-")
+    # Spark's scratch folders on this executor (on YARN, the node's data disks), as pyspark spills there too
+    scratch = [d for d in os.environ.get("SPARK_LOCAL_DIRS", "").split(",") if d and os.path.isdir(d)]
+    folder = tempfile.mkdtemp(prefix="weblm-ingest-", dir=scratch[zlib.crc32(file.encode()) % len(scratch)]
+                              if scratch else None)
     try:
         if size is not None and size >= 0 and shutil.disk_usage(folder).free < 2 * size:
             log.warning("ingest: no room for a copy of %s (%d bytes) in %s: reading it over the network", file, size,

@@ -60,3 +60,23 @@ def test_a_gzipped_list_of_files_on_a_web_server_is_ingested_and_recorded(spark,
     again = IngestJob().run(args)
     assert again.extra["files_to_read"] == 2 and again.extra["files_already_ingested"] == 1
     assert again.output_rows == 0
+
+
+def test_a_remote_file_is_copied_into_sparks_scratch_folder_and_removed_after(crawl, web, tmp_path, monkeypatch):
+    from jobs.config import load_jobs_config
+    from jobs.ingest import fetched
+
+    cfg = load_jobs_config().ingest
+    scratch = tmp_path / "spark-local"
+    scratch.mkdir()
+    monkeypatch.setenv("SPARK_LOCAL_DIRS", str(scratch))   # what Spark gives its Python workers
+    url = f"{web.endpoint}/{crawl.good_file.name}"
+    with fetched(url, crawl.good_file.stat().st_size, cfg) as local:
+        assert local.startswith(str(scratch)) and local.endswith(crawl.good_file.name)   # its suffix picks the reader
+        with open(local, "rb") as copy:
+            assert copy.read() == crawl.good_file.read_bytes()
+    assert list(scratch.iterdir()) == []
+    with fetched(url, 10 ** 18, cfg) as local:   # no room for a copy: read where it is
+        assert local == url
+    with fetched(str(crawl.good_file), 1, cfg) as local:   # a local file is read in place
+        assert local == str(crawl.good_file)
