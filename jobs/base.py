@@ -96,6 +96,18 @@ class SparkJob(abc.ABC):
         self.add_arguments(parser)
         return parser.parse_args(argv)
 
+    @classmethod
+    def main(cls, argv: Sequence[str] | None = None) -> int:
+        """The job's command (`python -m jobs.<stage>`, `spark-submit jobs/<stage>.py`): 0 when it finished, 2 with
+        one line for a setting that cannot work (before any work, or when the session cannot start), 1 with the
+        traceback when the job itself failed."""
+        try:
+            cls().run(argv)
+        except ConfigError as exc:
+            print(f"jobs.{cls.name}: {exc}", file=sys.stderr, flush=True)
+            return 2
+        return 0
+
     def run(self, argv: Sequence[str] | None = None) -> JobMetrics:
         if not logging.getLogger().handlers:
             logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")

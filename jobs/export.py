@@ -20,6 +20,7 @@
 """
 import json
 import logging
+import sys
 from dataclasses import asdict
 from datetime import timezone
 
@@ -360,4 +361,4 @@ class ExportJob(SparkJob):
 
 
 if __name__ == "__main__":
-    ExportJob().run()
+    sys.exit(ExportJob.main())

@@ -11,6 +11,7 @@ drop has a reason in the job's counters.  Idempotent: silver is synced to what t
 from bronze (MERGE on doc_id: changed rows updated, new inserted, gone deleted).
 """
 import logging
+import sys
 from dataclasses import asdict
 from typing import Iterator
 
@@ -149,4 +150,4 @@ class ExtractJob(SparkJob):
 
 
 if __name__ == "__main__":
-    ExtractJob().run()
+    sys.exit(ExtractJob.main())

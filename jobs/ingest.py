@@ -18,6 +18,7 @@ import logging
 import math
 import os
 import shutil
+import sys
 import tempfile
 import uuid
 import zlib
@@ -437,4 +438,4 @@ def upsert_warc_files(spark, df, path: str) -> dict:
 
 
 if __name__ == "__main__":
-    IngestJob().run()
+    sys.exit(IngestJob.main())

@@ -462,4 +462,4 @@ class ReportJob(SparkJob):
 
 
 if __name__ == "__main__":
-    ReportJob().run()
+    sys.exit(ReportJob.main())

@@ -15,6 +15,7 @@ Python worker (EOD not included).  `--tokenizer` reuses an existing model instea
 import hashlib
 import itertools
 import logging
+import sys
 from collections import Counter
 
 import storage
@@ -288,4 +289,4 @@ class TokenizeJob(SparkJob):
 
 
 if __name__ == "__main__":
-    TokenizeJob().run()
+    sys.exit(TokenizeJob.main())

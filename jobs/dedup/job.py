@@ -406,4 +406,4 @@ class DedupJob(SparkJob):
 
 
 if __name__ == "__main__":
-    DedupJob().run()
+    sys.exit(DedupJob.main())

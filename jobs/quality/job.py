@@ -261,4 +261,4 @@ class QualityJob(SparkJob):
 
 
 if __name__ == "__main__":
-    QualityJob().run()
+    sys.exit(QualityJob.main())

@@ -62,7 +62,18 @@ def test_a_spark_without_delta_lake_stops_before_any_work_saying_how_to_add_it(t
     done = subprocess.run([sys.executable, "-m", "jobs.ingest", "-o", f"paths.var={tmp_path / 'var'}",
                            "-o", f"paths.spark_jars_dir={tmp_path / 'no-jars'}", "-o", "spark.master=local[1]"],
                           capture_output=True, text=True, env=env, cwd=ROOT, timeout=300)
-    assert done.returncode != 0
-    assert "ConfigError: this Spark cannot load Delta Lake" in done.stderr, done.stderr[-3000:]
+    assert done.returncode == 2   # a setting that cannot work: one line, no traceback
+    assert "\njobs.ingest: this Spark cannot load Delta Lake" in done.stderr, done.stderr[-3000:]
+    assert "Traceback" not in done.stderr
     assert f"--packages {DELTA_PACKAGE}" in done.stderr and "make jars" in done.stderr
     assert "DATA_SOURCE_NOT_FOUND" not in done.stderr and not (tmp_path / "var" / "lake").exists()
+
+
+def test_a_job_command_with_a_setting_that_cannot_work_says_so_in_one_line():
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    for args, says in ((["-o", "extract.no_such_setting=1"], "unknown setting(s) ['no_such_setting'] in jobs.extract"),
+                       (["-o", "storage.s3.endpont_url=http://minio:9000"], "unknown setting(s) ['endpont_url']")):
+        done = subprocess.run([sys.executable, "-m", "jobs.extract", *args], capture_output=True, text=True, env=env,
+                              cwd=ROOT, timeout=120)
+        assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr[-3000:]
+        assert done.stderr.startswith("jobs.extract: ") and says in done.stderr
