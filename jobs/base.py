@@ -119,7 +119,8 @@ class SparkJob(abc.ABC):
         self.metrics = JobMetrics(job=self.name)
         self.metrics.started = datetime.now(timezone.utc).isoformat(timespec="seconds")
         start = time.monotonic()
-        spark, created = build_session(self.cfg, self.paths, args.master, f"{self.cfg.spark.app_name_prefix}-{self.name}")
+        spark, created = build_session(self.cfg, self.paths, args.master,
+                                       f"{self.cfg.spark.app_name_prefix}-{self.name}")
         try:
             self.run_job(spark, args)
             self.metrics.status = "ok"
