@@ -4,7 +4,8 @@
     python -m jobs.ingest --list warc.paths.gz        (Common Crawl: files at -o ingest.warc_list_base)
     spark-submit jobs/ingest.py ...
 
-Lists the files under the inputs (`storage.glob`: local folders and s3:// alike), leaves out those
+Lists the files under the inputs (`storage.glob`: local folders and s3:// alike) and those that WARC lists name
+(`--list`, `ingest.warc_lists`: files on web servers too, such as Common Crawl's), leaves out those
 that `bronze.warc_files` already holds with status ok at the same size (`--full` reads them all
 again), and reads the rest on the executors as a DataFrame of (file, size) through `mapInArrow`:
 each file becomes page rows, skip rows and one summary row (`jobs.warc.files.read_warc`), so every
@@ -28,6 +29,7 @@ from functools import partial
 from typing import Iterator
 
 import storage
+from conf import ConfigError
 from jobs.base import SparkJob, merge_table, table_version
 from jobs.warc.files import read_warc
 from jobs.warc.records import BRONZE_COLUMNS, SKIP_COLUMNS
@@ -159,7 +161,10 @@ def read_warc_lists(lists: list[str], base: str) -> list[str]:
 
     files: list[str] = []
     for source in lists:
-        data = storage.read_bytes(source if storage.is_uri(source) else os.path.abspath(source))
+        try:
+            data = storage.read_bytes(source if storage.is_uri(source) else os.path.abspath(source))
+        except FileNotFoundError as exc:
+            raise ConfigError(f"WARC list {source} does not exist; check ingest.warc_lists or --list") from exc
         if data[:2] == b"\x1f\x8b":
             data = gzip.decompress(data)
         for line in data.decode("utf-8").splitlines():
@@ -169,7 +174,7 @@ def read_warc_lists(lists: list[str], base: str) -> list[str]:
             if storage.is_uri(line) or os.path.isabs(line):
                 files.append(line)
             elif not base:
-                raise ValueError(f"WARC list {source}: line {line!r} is relative and ingest.warc_list_base is empty")
+                raise ConfigError(f"WARC list {source}: line {line!r} is relative and ingest.warc_list_base is empty")
             else:
                 files.append(storage.join(base, line))
     return files
@@ -206,7 +211,8 @@ def with_rendered_dom(row: dict, rendered: dict[str, tuple[str, bytes]]) -> dict
     if conversion is None or row["status"] != 200:
         return row
     record_id, dom = conversion
-    return dict(row, html=dom, charset="utf-8", headers={**(row["headers"] or {}), HTML_SOURCE: f"rendered {record_id}"})
+    return dict(row, html=dom, charset="utf-8",
+                headers={**(row["headers"] or {}), HTML_SOURCE: f"rendered {record_id}"})
 
 
 def read_files(batches, cfg, arrow_schema):
@@ -299,7 +305,7 @@ class IngestJob(SparkJob):
         cfg = self.cfg.ingest
         run_id = uuid.uuid4().hex
         ingested_at = datetime.now(timezone.utc)
-        lists = [*cfg.warc_lists, *getattr(args, "lists", [])]   # the pipeline passes no --list
+        lists = [*cfg.warc_lists, *args.lists]
         entries = read_warc_lists(lists, cfg.warc_list_base)
         if lists:
             log.info("ingest: %d files named in %d WARC list(s)", len(entries), len(lists))
@@ -386,7 +392,8 @@ class IngestJob(SparkJob):
                                   records_seen=self.metrics.input_rows)
         for file, outcome in sorted(outcomes.items()):
             if outcome["status"] == "failed":
-                log.error("WARC file %s failed: %s; the job goes on, the next run tries it again", file, outcome["error"])
+                log.error("WARC file %s failed: %s; the job goes on, the next run tries it again", file,
+                          outcome["error"])
             elif outcome["status"] == "partial":
                 log.warning("WARC file %s read in part (%d of %d records as pages): %s", file, outcome["rows"],
                             outcome["records_seen"], outcome["error"])

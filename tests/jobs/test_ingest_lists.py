@@ -10,6 +10,7 @@ import sys
 import pytest
 from deltalake import DeltaTable
 
+from conf import ConfigError
 from conftest import PAGES
 from jobs.ingest import IngestJob, read_warc_lists
 from tests.support.s3server import HttpServer
@@ -29,8 +30,10 @@ def test_a_list_names_files_relative_to_its_base_and_skips_comments(tmp_path):
     listing.write_text("# my crawl\n\ncrawl-data/a.warc.gz\n  s3://other/b.warc.gz  \n/data/c.warc\n")
     assert read_warc_lists([str(listing)], "https://data.commoncrawl.org/") == [
         "https://data.commoncrawl.org/crawl-data/a.warc.gz", "s3://other/b.warc.gz", "/data/c.warc"]
-    with pytest.raises(ValueError, match="line 'crawl-data/a.warc.gz' is relative and ingest.warc_list_base is empty"):
+    with pytest.raises(ConfigError, match="line 'crawl-data/a.warc.gz' is relative and ingest.warc_list_base is empty"):
         read_warc_lists([str(listing)], "")
+    with pytest.raises(ConfigError, match="WARC list .*nowhere.paths does not exist"):
+        read_warc_lists([str(tmp_path / "nowhere.paths")], "")
 
 
 def test_a_gzipped_list_of_files_on_a_web_server_is_ingested_and_recorded(spark, crawl, web, tmp_path):
