@@ -96,19 +96,25 @@ class SparkJob(abc.ABC):
         self.add_arguments(parser)
         return parser.parse_args(argv)
 
+    writes_lake = True   # its command holds the lake's lease while it runs (jobs/lease.py); the report only reads
+
     @classmethod
     def main(cls, argv: Sequence[str] | None = None) -> int:
         """The job's command (`python -m jobs.<stage>`, `spark-submit jobs/<stage>.py`): 0 when it finished, 2 with
-        one line for a setting that cannot work (before any work, or when the session cannot start), 1 with the
-        traceback when the job itself failed."""
+        one line for a setting that cannot work or a lake that another run holds (before any work), 1 with the
+        traceback when the job itself failed.  A job that writes the lake takes its lease first, as the pipeline
+        does (a stage run by hand beside a scheduled pipeline run would write the same tables)."""
+        from jobs.lease import LakeBusy
+
         try:
-            cls().run(argv)
-        except ConfigError as exc:
+            cls().run(argv, lease=cls.writes_lake)
+        except (ConfigError, LakeBusy) as exc:
             print(f"jobs.{cls.name}: {exc}", file=sys.stderr, flush=True)
             return 2
         return 0
 
-    def run(self, argv: Sequence[str] | None = None) -> JobMetrics:
+    def run(self, argv: Sequence[str] | None = None, lease: bool = False) -> JobMetrics:
+        """Run the job; with `lease`, under the lake's lease (its command; the pipeline holds it for its stages)."""
         if not logging.getLogger().handlers:
             logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
         args = self.parse_args(argv)
@@ -116,6 +122,18 @@ class SparkJob(abc.ABC):
         self.cfg = load_jobs_config(job_overrides)
         path_overrides += list(args.path) + ([f"lake={args.lake}"] if args.lake else [])
         self.paths = load_paths(path_overrides, root=args.root)
+        if not lease:
+            return self._run(args)
+        from jobs.lease import lake_lease
+
+        held = lake_lease(self.paths.lake, f"{datetime.now(timezone.utc):%Y%m%dT%H%M%SZ}-{self.name}-{os.getpid()}")
+        held.acquire()
+        try:
+            return self._run(args)
+        finally:
+            held.release()
+
+    def _run(self, args: argparse.Namespace) -> JobMetrics:
         self.metrics = JobMetrics(job=self.name)
         self.metrics.started = datetime.now(timezone.utc).isoformat(timespec="seconds")
         start = time.monotonic()

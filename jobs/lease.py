@@ -11,7 +11,7 @@ for `ttl_s` belongs to a run that died, and the next run takes it over; at once 
 and its process is gone.  fsspec offers no create-if-absent on every store, so taking the lease is write, then
 read back after `settle_s`: the run goes on only if the lease is still its own (of two runs that write it within
 that window, the later one wins and the other stops).  The pipeline, which every scheduler template runs, takes
-the lease; the stages' own commands (`python -m jobs.extract`) do not.
+the lease, and so does each stage's own command (`python -m jobs.extract`, `SparkJob.main`); the report only reads.
 """
 from __future__ import annotations
 
@@ -34,6 +34,14 @@ class LeaseSettings:
     ttl_s: float
     heartbeat_s: float
     settle_s: float
+
+
+def lake_lease(lake: str, run_id: str) -> "Lease":
+    """The lease on `lake` as conf/pipeline.yaml places and times it (`state_dir`, `lease`)."""
+    from jobs.pipeline import LEASE_FILE, load_pipeline_config
+
+    cfg = load_pipeline_config()
+    return Lease(storage.join(lake, cfg.state_dir, LEASE_FILE), run_id, cfg.lease)
 
 
 class LakeBusy(RuntimeError):
@@ -97,7 +105,7 @@ class Lease:
         if current and current.get("run_id") != self.run_id:
             reason = self.stale_reason(current)
             if reason is None:
-                raise LakeBusy(f"another pipeline run holds this lake: {describe(current)}; one run at a time writes "
+                raise LakeBusy(f"another run holds this lake: {describe(current)}; one run at a time writes "
                                f"a lake. Wait for it to end, or, if it was killed, for its lease {self.path} to expire "
                                f"({self.settings.ttl_s:.0f} s after its last renewal)")
             log.warning("taking over the lake from %s: %s", describe(current), reason)
@@ -105,7 +113,7 @@ class Lease:
         time.sleep(self.settings.settle_s)
         current = self.read()
         if not current or current.get("run_id") != self.run_id:
-            raise LakeBusy("another pipeline run took this lake at the same moment: "
+            raise LakeBusy("another run took this lake at the same moment: "
                            + (describe(current) if current else f"its lease {self.path} is gone"))
         self._thread = threading.Thread(target=self._renew, name="lake-lease", daemon=True)
         self._thread.start()

@@ -442,6 +442,7 @@ def write(report: dict, out_html: str) -> tuple[str, str]:
 class ReportJob(SparkJob):
     name = "report"
     description = "the per-stage report: kept and dropped per stage and reason, retention, signal histograms (HTML + JSON)"
+    writes_lake = False   # it reads the tables and writes its page under _report/: a report while a run goes is fine
 
     def add_arguments(self, parser):
         parser.add_argument("--out", help="the HTML file (default: report.out, else <lake>/_report/report.html); "

@@ -4,17 +4,21 @@ this host is gone, else once it expired); a held lease is renewed, and a run tha
 from __future__ import annotations
 
 import json
+import os
 import socket
 import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
 import storage
 from jobs.lease import LakeBusy, Lease, LeaseSettings
 from jobs.pipeline import main
+
+ROOT = Path(__file__).resolve().parents[2]
 
 QUICK = LeaseSettings(ttl_s=60, heartbeat_s=0.2, settle_s=0.05)
 
@@ -41,11 +45,23 @@ def test_a_second_run_is_refused_naming_the_run_that_holds_the_lake(tmp_path, li
     (state_dir / "state.json").write_text("{\"the other run's\": 1}")
     assert main(["-o", f"paths.var={tmp_path}"]) == 2
     err = capsys.readouterr().err
-    assert f"another pipeline run holds this lake: run 20261203T030000Z-cafe0001 on {socket.gethostname()} " \
+    assert f"another run holds this lake: run 20261203T030000Z-cafe0001 on {socket.gethostname()} " \
            f"(pid {live_pid})" in err
     assert "expire (180 s after its last renewal)" in err
     assert (state_dir / "state.json").read_text() == "{\"the other run's\": 1}"
     assert json.loads((state_dir / "lease.json").read_text())["run_id"] == "20261203T030000Z-cafe0001"
+
+
+def test_a_stage_run_by_hand_is_refused_while_a_run_holds_the_lake(tmp_path, live_pid):
+    """`python -m jobs.extract` beside a scheduled pipeline run: one line, exit code 2, nothing written."""
+    state_dir = tmp_path / "lake" / "_pipeline"
+    state_dir.mkdir(parents=True)
+    write_lease(str(state_dir / "lease.json"), "20261203T030000Z-cafe0002", live_pid, time.time())
+    done = subprocess.run([sys.executable, "-m", "jobs.extract", "-o", f"paths.var={tmp_path}"], capture_output=True,
+                          text=True, env={**os.environ, "PYTHONPATH": str(ROOT)}, cwd=ROOT, timeout=120)
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr[-3000:]
+    assert done.stderr.startswith("jobs.extract: another run holds this lake: run 20261203T030000Z-cafe0002")
+    assert sorted(p.name for p in (tmp_path / "lake").rglob("*")) == ["_pipeline", "lease.json"]
 
 
 def test_a_lease_whose_run_died_is_taken_over(tmp_path, live_pid, caplog):
@@ -103,7 +119,7 @@ def test_of_two_runs_that_write_the_lease_together_one_goes_on(tmp_path):
     storage.write_text(path, json.dumps({"run_id": "second", "host": "node-2", "pid": 1, "started": "",
                                          "renewed": time.time(), "ttl_s": 60}))
     thread.join()
-    assert errors and "another pipeline run took this lake at the same moment: run second on node-2" in errors[0]
+    assert errors and "another run took this lake at the same moment: run second on node-2" in errors[0]
     slow.release()
     assert json.loads(storage.read_text(path))["run_id"] == "second"
 
