@@ -24,6 +24,7 @@ import storage
 from conf import INLINE_ENV, ConfigError, shipped_settings, split_paths_overrides
 from conf.paths import Paths, load_paths
 from jobs.config import JobsConfig, load_jobs_config
+from jobs.lease import LakeBusy, lake_lease
 
 log = logging.getLogger("weblm.jobs")
 
@@ -104,8 +105,6 @@ class SparkJob(abc.ABC):
         one line for a setting that cannot work or a lake that another run holds (before any work), 1 with the
         traceback when the job itself failed.  A job that writes the lake takes its lease first, as the pipeline
         does (a stage run by hand beside a scheduled pipeline run would write the same tables)."""
-        from jobs.lease import LakeBusy
-
         try:
             cls().run(argv, lease=cls.writes_lake)
         except (ConfigError, LakeBusy) as exc:
@@ -124,8 +123,6 @@ class SparkJob(abc.ABC):
         self.paths = load_paths(path_overrides, root=args.root)
         if not lease:
             return self._run(args)
-        from jobs.lease import lake_lease
-
         held = lake_lease(self.paths.lake, f"{datetime.now(timezone.utc):%Y%m%dT%H%M%SZ}-{self.name}-{os.getpid()}")
         held.acquire()
         try:

@@ -36,11 +36,16 @@ class LeaseSettings:
     settle_s: float
 
 
-def lake_lease(lake: str, run_id: str) -> "Lease":
-    """The lease on `lake` as conf/pipeline.yaml places and times it (`state_dir`, `lease`)."""
-    from jobs.pipeline import LEASE_FILE, load_pipeline_config
+LEASE_FILE = "lease.json"   # beside the pipeline's state.json, in <lake>/<state_dir>/
 
-    cfg = load_pipeline_config()
+
+def lake_lease(lake: str, run_id: str, cfg=None) -> "Lease":
+    """The lease on `lake` as the pipeline's settings place and time it (`state_dir`, `lease`): `cfg`, a
+    `PipelineConfig` with the command line's overrides, else conf/pipeline.yaml's."""
+    if cfg is None:
+        from jobs.pipeline import load_pipeline_config   # jobs.pipeline imports this module
+
+        cfg = load_pipeline_config()
     return Lease(storage.join(lake, cfg.state_dir, LEASE_FILE), run_id, cfg.lease)
 
 

@@ -35,12 +35,11 @@ from conf import ConfigError, load, split_paths_overrides
 from conf.paths import load_paths
 from jobs.base import build_session
 from jobs.config import load_jobs_config
-from jobs.lease import LakeBusy, Lease, LeaseSettings
+from jobs.lease import LakeBusy, Lease, LeaseSettings, lake_lease
 
 log = logging.getLogger("weblm.jobs.pipeline")
 
 STATE_FILE = "state.json"
-LEASE_FILE = "lease.json"   # one run at a time on a lake (jobs/lease.py)
 STATE_FORMAT = "weblm-pipeline-state/1"
 
 
@@ -288,7 +287,7 @@ def run(argv: Sequence[str] | None = None) -> int:
         print(f"[pipeline] {exc}", file=sys.stderr, flush=True)
         return 2
     run_id = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ-") + uuid.uuid4().hex[:8]
-    lease = Lease(storage.join(paths.lake, cfg.state_dir, LEASE_FILE), run_id, cfg.lease)
+    lease = lake_lease(paths.lake, run_id, cfg)
     try:
         lease.acquire()   # before the state is read: what it says is then this run's to change
     except LakeBusy as exc:
