@@ -84,14 +84,22 @@ def versions(var: Path) -> dict[str, int]:
     return {t: DeltaTable(str(var / "lake" / t)).version() for t in TABLES}
 
 
-def main(warc_dir: str | None, new_fraction: float) -> int:
+def input_files(warc_dir: str | None) -> list[Path]:
+    """WARC_DIR's files, else the last `make demo` crawl's, else the shared replay WARC; [] (said) when none."""
     source = Path(warc_dir) if warc_dir else Path(load_paths().warc_dir)
     files = sorted(source.glob("*.warc.gz")) if source.is_dir() else []
+    if files:
+        return files
+    if SHARED.exists():
+        return [SHARED]
+    print(f"skipped: no WARC files in {source} (run `make demo` first) and no shared data at {SHARED}")
+    return []
+
+
+def main(warc_dir: str | None, new_fraction: float) -> int:
+    files = input_files(warc_dir)
     if not files:
-        if not SHARED.exists():
-            print(f"skipped: no WARC files in {source} (run `make demo` first) and no shared data at {SHARED}")
-            return 0
-        files = [SHARED]
+        return 0
     with tempfile.TemporaryDirectory(prefix="weblm-bench-incremental-") as tmp:
         tmp = Path(tmp)
         first, new, n_first, n_new = split(files, new_fraction, tmp / "input")

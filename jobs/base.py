@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import abc
 import argparse
+import contextlib
 import json
 import logging
 import os
@@ -321,6 +322,22 @@ def apply_storage_conf(spark) -> None:
         hadoop.set(key.removeprefix("spark.hadoop."), value)
 
 
+@contextlib.contextmanager
+def session_conf(spark, settings: dict[str, str]):
+    """These session settings for the block, then what was there before (the pipeline's stages share one session)."""
+    before = {key: spark.conf.get(key, None) for key in settings}
+    for key, value in settings.items():
+        spark.conf.set(key, value)
+    try:
+        yield
+    finally:
+        for key, value in before.items():
+            if value is None:
+                spark.conf.unset(key)
+            else:
+                spark.conf.set(key, value)
+
+
 # -- Delta I/O ------------------------------------------------------------------------------------
 def table_version(spark, path: str) -> int | None:
     """Current version of the Delta table at `path`, or None when there is none."""
@@ -329,6 +346,25 @@ def table_version(spark, path: str) -> int | None:
     if not DeltaTable.isDeltaTable(spark, path):
         return None
     return int(DeltaTable.forPath(spark, path).history(1).select("version").first()[0])
+
+
+# commits that rewrite or delete a table's files but none of its rows (jobs/maintain.py runs them)
+MAINTENANCE_OPERATIONS = frozenset({"OPTIMIZE", "VACUUM START", "VACUUM END"})
+
+
+def data_changed_since(spark, path: str, version: int) -> bool:
+    """Whether a commit after `version` changed the table's rows; maintenance commits do not.  True when the log no
+    longer holds every commit since (Delta keeps 30 days of them): then it cannot tell."""
+    from delta.tables import DeltaTable
+
+    later = dict(DeltaTable.forPath(spark, path).history().where(f"version > {int(version)}")
+                 .select("version", "operation").collect())
+    current = table_version(spark, path)
+    if current is None or current < version:
+        return True
+    if set(later) != set(range(version + 1, current + 1)):
+        return True
+    return any(operation not in MAINTENANCE_OPERATIONS for operation in later.values())
 
 
 def commit_info(spark, path: str, version: int) -> dict[str, Any]:

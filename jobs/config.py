@@ -267,6 +267,15 @@ class ReportSettings:
 
 
 @dataclass(frozen=True)
+class MaintainSettings:
+    retention_hours: float
+    compact_min_files: int
+    small_file_mib: float
+    list_parallelism: int
+    tables: list[str]
+
+
+@dataclass(frozen=True)
 class JobsConfig:
     spark: SparkSettings
     metrics_dir: str
@@ -278,6 +287,7 @@ class JobsConfig:
     export: ExportSettings
     dedup: DedupSettings
     report: ReportSettings
+    maintain: MaintainSettings
 
 
 def load_jobs_config(overrides: Iterable[str] = ()) -> JobsConfig:

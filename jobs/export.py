@@ -26,7 +26,7 @@ from datetime import timezone
 
 import storage
 from jobs import mixing
-from jobs.base import SparkJob, commit_info, settings_sha256, table_version
+from jobs.base import SparkJob, commit_info, data_changed_since, settings_sha256, table_version
 from jobs.shard_writer import SHARD_FILES, shard_window, token_dtype, validate_shard, write_shards
 from jobs.text import bpe
 
@@ -80,8 +80,9 @@ class ExportJob(SparkJob):
         return {"type": "sentencepiece-bpe", "model": model_path, "sha256": digest,
                 "vocab_size": info["vocab_size"], "eod_id": info["eod_id"], "pad_id": info["pad_id"]}
 
-    def up_to_date(self, version: int, config_sha: str) -> bool:
-        """The manifest already describes this gold version under these settings, and its shards are there."""
+    def up_to_date(self, spark, version: int, config_sha: str) -> bool:
+        """The manifest already describes this gold version (or an earlier one with the same rows: maintenance
+        commits since) under these settings, and its shards are there."""
         manifest_path = storage.join(self.paths.shards_dir, MANIFEST)
         if not storage.exists(manifest_path):
             return False
@@ -93,7 +94,8 @@ class ExportJob(SparkJob):
         gold = manifest.get("sources", {}).get("gold.tokens", {})
         stale = [why for why, holds in (
             (f"it names gold.tokens {gold.get('path')} v{gold.get('version')}",
-             gold.get("path") == self.paths.table("gold.tokens") and gold.get("version") == version),
+             gold.get("path") == self.paths.table("gold.tokens")
+             and self.same_rows(spark, gold.get("version"), version)),
             ("the export settings changed", manifest.get("config_sha256") == config_sha),
             ("some of its shard files are missing",
              all(storage.exists(storage.join(self.paths.shards_dir, s["prefix"] + suffix))
@@ -101,6 +103,12 @@ class ExportJob(SparkJob):
         if stale:
             log.info("export: the manifest is stale (%s); exporting gold.tokens v%d", "; ".join(stale), version)
         return not stale
+
+    def same_rows(self, spark, named, version: int) -> bool:
+        if named == version:
+            return True
+        return (isinstance(named, int) and named < version
+                and not data_changed_since(spark, self.table("gold.tokens"), named))
 
     def run_job(self, spark, args):
         cfg = self.cfg.export
@@ -110,7 +118,7 @@ class ExportJob(SparkJob):
             raise FileNotFoundError(f"no gold.tokens table at {gold_path}; run the tokenize stage (jobs.tokens) first")
         config_sha = settings_sha256({k: v for k, v in asdict(cfg).items() if k != "staging_dir"})
         self.metrics.extra.update(mode="full" if args.full else "incremental", gold_version=version)
-        if not args.full and self.up_to_date(version, config_sha):
+        if not args.full and self.up_to_date(spark, version, config_sha):
             log.info("export: the manifest already describes gold.tokens v%d; nothing new, no file written", version)
             return
         sources = {"gold.tokens": {"path": self.paths.table("gold.tokens"), "version": version}}

@@ -1,4 +1,5 @@
-"""The Spark jobs as one pipeline: ingest -> extract -> quality -> dedup -> tokenize -> export, in one process, resumable.
+"""The Spark jobs as one pipeline: ingest -> extract -> quality -> dedup -> tokenize -> export -> maintain, in one process,
+resumable (maintain compacts and vacuums the lake's Delta tables: jobs/maintain.py).
 
     python -m jobs.pipeline [--from STAGE | --only STAGE | --resume] [-o KEY=VALUE] [-p KEY=VALUE]
                             [--root DIR] [--lake DIR] [--master URL] [--full] [--report]
@@ -63,6 +64,8 @@ STAGES: tuple[Stage, ...] = (
     Stage("dedup", "jobs.dedup.job:DedupJob", ("quality",), "silver.quality -> silver.deduped (URL, exact, near, paragraphs)"),
     Stage("tokenize", "jobs.tokens:TokenizeJob", ("dedup",), "silver.deduped -> BPE tokenizer + gold.tokens"),
     Stage("export", "jobs.export:ExportJob", ("tokenize",), "gold.tokens -> Megatron shards + manifest.json"),
+    Stage("maintain", "jobs.maintain:MaintainJob", ("export",),
+          "every Delta table: small files compacted, files unused for maintain.retention_hours vacuumed"),
 )
 STAGE_NAMES = tuple(s.name for s in STAGES)
 

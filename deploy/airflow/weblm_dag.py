@@ -24,12 +24,13 @@ STAGES = [
     {'name': 'quality', 'depends_on': ['extract'], 'bash_command': 'spark-submit --master ${SPARK_MASTER} --packages io.delta:delta-spark_4.2_2.13:4.4.0 ${CODE_URI}/pipeline.py --only quality -o paths.var=${VAR_URI} -o paths.local=/tmp/weblm'},
     {'name': 'dedup', 'depends_on': ['quality'], 'bash_command': 'spark-submit --master ${SPARK_MASTER} --packages io.delta:delta-spark_4.2_2.13:4.4.0 ${CODE_URI}/pipeline.py --only dedup -o paths.var=${VAR_URI} -o paths.local=/tmp/weblm'},
     {'name': 'tokenize', 'depends_on': ['dedup'], 'bash_command': 'spark-submit --master ${SPARK_MASTER} --packages io.delta:delta-spark_4.2_2.13:4.4.0 ${CODE_URI}/pipeline.py --only tokenize -o paths.var=${VAR_URI} -o paths.local=/tmp/weblm'},
-    {'name': 'export', 'depends_on': ['tokenize'], 'bash_command': 'spark-submit --master ${SPARK_MASTER} --packages io.delta:delta-spark_4.2_2.13:4.4.0 ${CODE_URI}/pipeline.py --only export -o paths.var=${VAR_URI} -o paths.local=/tmp/weblm'}
+    {'name': 'export', 'depends_on': ['tokenize'], 'bash_command': 'spark-submit --master ${SPARK_MASTER} --packages io.delta:delta-spark_4.2_2.13:4.4.0 ${CODE_URI}/pipeline.py --only export -o paths.var=${VAR_URI} -o paths.local=/tmp/weblm'},
+    {'name': 'maintain', 'depends_on': ['export'], 'bash_command': 'spark-submit --master ${SPARK_MASTER} --packages io.delta:delta-spark_4.2_2.13:4.4.0 ${CODE_URI}/pipeline.py --only maintain -o paths.var=${VAR_URI} -o paths.local=/tmp/weblm'}
 ]
 
 with DAG(
     dag_id='weblm_pipeline',
-    description='weblm: ingest -> extract -> quality -> dedup -> tokenize -> export',
+    description='weblm: ingest -> extract -> quality -> dedup -> tokenize -> export -> maintain',
     schedule='0 3 * * *',
     start_date=pendulum.datetime(2025, 1, 1, tz='UTC'),
     catchup=False,

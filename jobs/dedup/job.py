@@ -26,7 +26,7 @@ import logging  # noqa: E402
 import time  # noqa: E402
 from contextlib import contextmanager  # noqa: E402
 
-from jobs.base import SparkJob, merge_table, settings_sha256  # noqa: E402
+from jobs.base import SparkJob, merge_table, session_conf, settings_sha256  # noqa: E402
 from jobs.dedup import components, contamination, lsh, minhash, paragraphs  # noqa: E402
 
 log = logging.getLogger("weblm.jobs.dedup")
@@ -108,20 +108,12 @@ class DedupJob(SparkJob):
         wanted = -(-max(n_docs, 1) // max(cfg.docs_per_shuffle_partition, 1))
         return max(1, min(cfg.shuffle_partitions, max(spark.sparkContext.defaultParallelism, wanted)))
 
-    @contextmanager
     def shuffle_partitions(self, spark, partitions: int):
         """`partitions` for this job's shuffles (adaptive execution coalesces the small ones further), the
         session's own setting restored afterwards (the pipeline shares it)."""
-        keys = {"spark.sql.shuffle.partitions": str(partitions),
-                "spark.sql.adaptive.enabled": "true", "spark.sql.adaptive.coalescePartitions.enabled": "true"}
-        before = {k: spark.conf.get(k, None) for k in keys}
-        for k, v in keys.items():
-            spark.conf.set(k, v)
-        try:
-            yield
-        finally:
-            for k, v in before.items():
-                spark.conf.unset(k) if v is None else spark.conf.set(k, v)
+        return session_conf(spark, {"spark.sql.shuffle.partitions": str(partitions),
+                                    "spark.sql.adaptive.enabled": "true",
+                                    "spark.sql.adaptive.coalescePartitions.enabled": "true"})
 
     # -- the job -------------------------------------------------------------------------------------
     def run_job(self, spark, args):

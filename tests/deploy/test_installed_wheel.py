@@ -163,7 +163,7 @@ def test_the_pipeline_as_a_wheel_task_then_training_run_from_the_wheel(wheel, cr
                              "-p", f"warc_dir={crawled / 'warc'}", "-o", f"paths.spark_jars_dir={jars}",
                              "-o", "tokenize.vocab_size=400", "-o", "spark.master=local[1]", timeout=900)
     assert pipeline.returncode == 0, (pipeline.stdout + pipeline.stderr)[-3000:]
-    assert "6/6 export ok" in pipeline.stdout, pipeline.stdout[-3000:]
+    assert "6/7 export ok" in pipeline.stdout and "7/7 maintain ok" in pipeline.stdout, pipeline.stdout[-3000:]
     manifest = json.loads((var / "shards" / "manifest.json").read_text())
     assert manifest["totals"]["documents"] >= 3 and len(manifest["shards"]) == 1   # the articles, the index page
     train = run_installed(site, tmp_path / "run", "-m", "trainer.train", "-o", f"paths.var={var}",

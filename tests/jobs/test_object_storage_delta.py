@@ -38,3 +38,29 @@ def test_delta_round_trip_and_idempotent_merge_on_a_bucket(spark, bucket):
     assert seen.version() == third["version"]
     rows = seen.to_pyarrow_table(columns=["doc_id", "value"]).to_pydict()
     assert dict(zip(rows["doc_id"], rows["value"])) == back
+
+
+def test_maintenance_compacts_and_vacuums_a_table_in_a_bucket(spark, bucket):
+    """jobs.maintain finds the lake's tables by listing the bucket, and Delta's OPTIMIZE and VACUUM run through the
+    connector: the objects the table stopped using are deleted, its rows stay."""
+    from jobs.maintain import MaintainJob, lake_tables
+
+    apply_storage_conf(spark)
+    lake = storage.join(bucket, "lake")
+    table = storage.spark_uri(storage.join(lake, "silver", "things"))
+    for part in range(3):   # three appends: three small files, then one MERGE that rewrites one of them
+        rows = spark.createDataFrame([(f"id-{part}-{i}", i) for i in range(10)], "doc_id string, value long")
+        merge_table(spark, rows.coalesce(1), table, "doc_id", sync=False)
+    merge_table(spark, spark.createDataFrame([("id-0-0", -1)], "doc_id string, value long"),
+                table, "doc_id", sync=False)   # a key already there: nothing to do, no commit
+    before = sorted((r.doc_id, r.value) for r in spark.read.format("delta").load(table).collect())
+    objects = storage.glob(storage.join(lake, "silver", "things"), "*.parquet")
+    assert len(objects) >= 3
+    assert lake_tables(lake) == [("silver.things", storage.join(lake, "silver", "things"))]
+    metrics = MaintainJob().run(["--lake", lake, "-o", "maintain.retention_hours=0",
+                                 "-o", "maintain.compact_min_files=2"])
+    assert metrics.status == "ok" and metrics.extra["files_compacted"] == len(objects)
+    assert metrics.extra["files_written"] == 1 and metrics.extra["files_vacuumed"] == len(objects)
+    assert sorted((r.doc_id, r.value) for r in spark.read.format("delta").load(table).collect()) == before
+    left = storage.glob(storage.join(lake, "silver", "things"), "*.parquet")
+    assert len(left) == 1 and left[0] not in objects

@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_stages_are_listed_after_what_they_read_and_name_their_jobs():
-    assert STAGE_NAMES == ("ingest", "extract", "quality", "dedup", "tokenize", "export")
+    assert STAGE_NAMES == ("ingest", "extract", "quality", "dedup", "tokenize", "export", "maintain")
     check_order(STAGES)
     for stage in STAGES:
         assert stage.job_class().name == stage.name
@@ -29,10 +29,11 @@ def test_stages_are_listed_after_what_they_read_and_name_their_jobs():
 def test_from_only_and_resume_choose_stages_in_pipeline_order():
     names = lambda stages: [s.name for s in stages]  # noqa: E731
     assert names(select_stages(None, [], False, None, "state.json")) == list(STAGE_NAMES)
-    assert names(select_stages("tokenize", [], False, None, "state.json")) == ["tokenize", "export"]
+    assert names(select_stages("tokenize", [], False, None, "state.json")) == ["tokenize", "export", "maintain"]
     assert names(select_stages(None, ["export", "ingest"], False, None, "state.json")) == ["ingest", "export"]
     state = {"stages": {"ingest": {"status": "ok"}, "extract": {"status": "failed"}, "tokenize": {"status": "ok"}}}
-    assert names(select_stages(None, [], True, state, "state.json")) == ["extract", "quality", "dedup", "tokenize", "export"]
+    assert names(select_stages(None, [], True, state, "state.json")) == ["extract", "quality", "dedup", "tokenize",
+                                                                       "export", "maintain"]
     done = {"stages": {name: {"status": "ok"} for name in STAGE_NAMES}}
     assert select_stages(None, [], True, done, "state.json") == []
     with pytest.raises(PipelineError, match="nothing to resume: no pipeline state at state.json"):
@@ -53,7 +54,7 @@ def test_a_failed_stage_stops_the_run_and_says_how_to_go_on(runs):
     failed = runs.failed
     assert failed.code == 1
     stages = failed.state["stages"]
-    assert [stages[n]["status"] for n in STAGE_NAMES] == ["ok", "ok", "ok", "ok", "failed", "pending"]
+    assert [stages[n]["status"] for n in STAGE_NAMES] == ["ok", "ok", "ok", "ok", "failed", "pending", "pending"]
     assert failed.state["status"] == "failed" and failed.state["resume_from"] == "tokenize"
     assert "blocker" in stages["tokenize"]["error"]  # the exception, with the path it could not write
     assert stages["tokenize"]["metrics"] == str(runs.lake / "_metrics" / "tokenize.json")
@@ -63,22 +64,23 @@ def test_a_failed_stage_stops_the_run_and_says_how_to_go_on(runs):
     assert "stage tokenize failed" in failed.err
     assert "continue from tokenize with these arguments" in failed.err
     assert "python -m jobs.pipeline --resume -o paths.var=" in failed.err
-    assert summary_lines(failed.out) == [["1/6", "ingest", "ok:"], ["2/6", "extract", "ok:"], ["3/6", "quality", "ok:"],
-                                         ["4/6", "dedup", "ok:"]]
+    assert summary_lines(failed.out) == [["1/7", "ingest", "ok:"], ["2/7", "extract", "ok:"], ["3/7", "quality", "ok:"],
+                                         ["4/7", "dedup", "ok:"]]
 
 
 def test_resume_runs_only_the_stages_that_did_not_finish(runs):
     failed, resumed = runs.failed, runs.resumed
     assert resumed.code == 0 and resumed.state["status"] == "ok" and resumed.state["resume_from"] is None
-    assert resumed.state["selected"] == ["tokenize", "export"]
-    assert summary_lines(resumed.out) == [["1/2", "tokenize", "ok:"], ["2/2", "export", "ok:"]]
+    assert resumed.state["selected"] == ["tokenize", "export", "maintain"]
+    assert summary_lines(resumed.out) == [["1/3", "tokenize", "ok:"], ["2/3", "export", "ok:"],
+                                          ["3/3", "maintain", "ok:"]]
     for name in ("ingest", "extract", "quality", "dedup"):  # untouched: same record, same metrics file, same table version
         assert resumed.state["stages"][name] == failed.state["stages"][name]
         assert resumed.metrics[name] == failed.metrics[name]
     assert resumed.versions["bronze/pages"] == failed.versions["bronze/pages"]
     for table in ("silver/documents", "silver/signals", "silver/quality", "silver/deduped"):
         assert resumed.versions[table] == failed.versions[table]
-    for name in ("tokenize", "export"):
+    for name in ("tokenize", "export", "maintain"):
         assert resumed.state["stages"][name]["status"] == "ok"
         assert resumed.state["stages"][name]["run_id"] == resumed.state["run_id"] != failed.state["run_id"]
     assert "gold/tokens" in resumed.versions and resumed.manifest["totals"]["documents"] > 0
@@ -88,7 +90,7 @@ def test_running_a_finished_stage_again_changes_nothing(runs):
     resumed, again = runs.resumed, runs.again
     assert again.code == 0 and again.state["selected"] == ["export"]
     assert again.state["stages"]["export"]["run_id"] == again.state["run_id"] != resumed.state["run_id"]
-    for name in ("ingest", "extract", "quality", "dedup", "tokenize"):  # the other stages keep their last record
+    for name in ("ingest", "extract", "quality", "dedup", "tokenize", "maintain"):  # the others keep their record
         assert again.state["stages"][name] == resumed.state["stages"][name]
     assert again.versions == resumed.versions
     assert again.manifest == resumed.manifest  # idempotent: the same shards, the same manifest
@@ -101,7 +103,7 @@ def test_the_report_ends_the_run_on_its_session(runs):
     assert report["html"] == str(runs.lake / "_report" / "report.html") and "<img" in Path(report["html"]).read_text()
     stages = {s["stage"]: s for s in json.loads(Path(report["json"]).read_text())["stages"]}
     assert stages["export"]["kept"]["documents"] == again.manifest["totals"]["documents"]
-    assert [name for name, s in stages.items() if s["status"] == "ok"] == list(STAGE_NAMES)
+    assert [name for name, s in stages.items() if s["status"] == "ok"] == list(STAGE_NAMES[:-1])  # maintain: no rows
 
 
 def test_a_failed_report_leaves_the_stages_ok_and_says_how_to_write_it(runs, crawl, tmp_path, monkeypatch, capsys):
