@@ -32,7 +32,7 @@ import storage
 from conf import ConfigError
 from jobs.base import SparkJob, merge_table, table_version
 from jobs.warc.files import read_warc
-from jobs.warc.records import BRONZE_COLUMNS, SKIP_COLUMNS
+from jobs.warc.records import BRONZE_COLUMNS, SKIP_COLUMNS, TRUNCATED
 
 log = logging.getLogger("weblm.jobs.ingest")
 
@@ -355,6 +355,8 @@ class IngestJob(SparkJob):
                 self.metrics.skip("duplicate_record_id", duplicates)
             unique = ranked.where("_copy = 1").drop("_copy")
             pages_from_rendered = unique.where(F.col("headers").getItem(HTML_SOURCE).isNotNull()).count()
+            truncated = dict(unique.select(F.col("headers").getItem(TRUNCATED).alias("reason"))
+                             .where("reason IS NOT NULL").groupBy("reason").count().collect())
             result = merge_table(spark, unique, self.table(PAGES), "doc_id", sync=False)
         finally:
             read.unpersist()
@@ -363,6 +365,11 @@ class IngestJob(SparkJob):
         files_result = upsert_warc_files(spark, spark.createDataFrame(manifest, warc_files_schema()), self.table(FILES))
         self.metrics.output_rows = result["inserted"]
         self.metrics.extra["pages_from_rendered_dom"] = pages_from_rendered  # html is the crawl's rendered DOM
+        self.metrics.extra["pages_truncated"] = dict(sorted(truncated.items()))
+        if truncated:
+            log.warning("%d page(s) whose WARC record says the crawler cut the body (WARC-Truncated: %s): kept, "
+                        "marked in bronze.pages headers['%s']", sum(truncated.values()),
+                        ", ".join(f"{reason} {n}" for reason, n in sorted(truncated.items())), TRUNCATED)
         self.metrics.extra.update(table=PAGES, table_version=result["version"], rows_inserted=result["inserted"],
                                   pages_read=sum(o["rows"] for o in outcomes.values()),
                                   files_table=FILES, files_table_version=files_result["version"],

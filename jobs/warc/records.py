@@ -20,6 +20,9 @@ BRONZE_COLUMNS = ("doc_id", "url", "host", "fetch_time", "status", "content_type
                   "charset", "payload_digest", "warc_file", "warc_offset", "warc_record_id")
 SKIP_COLUMNS = ("skip_reason", "skip_detail")
 
+# in `headers` when the WARC record says its payload is not whole (WARC-Truncated, WARC 1.1 §5.13): the reason,
+# lower case (`length`, `time`, `disconnect`, `unspecified`); the page is kept, and ingest counts it
+TRUNCATED = "x-weblm-warc-truncated"
 _CHARSET = re.compile(r"charset\s*=\s*[\"']?([^\"';\s]+)", re.I)
 
 
@@ -114,6 +117,9 @@ def page_or_skip(record, warc_file: str, record_types: frozenset[str], max_paylo
     for name, value in http.headers:
         key = name.lower()
         headers[key] = f"{headers[key]}, {value}" if key in headers else value  # RFC 9110 §5.3 field combining
+    truncated = rec.get_header("WARC-Truncated")
+    if truncated is not None:   # the crawler cut the body (Common Crawl at 1 MiB: `length`; ours on a lost connection)
+        headers[TRUNCATED] = truncated.strip().lower() or "unspecified"
     date = rec.get_header("WARC-Date")
     try:
         fetch_time = iso_date_to_datetime(date).replace(tzinfo=timezone.utc) if date else None

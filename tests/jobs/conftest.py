@@ -50,6 +50,7 @@ class Page:
     content_type: str
     body: bytes
     encoding: str | None = None  # Content-Encoding
+    truncated: str | None = None  # WARC-Truncated: the crawler cut the body
 
 
 PAGES = [
@@ -87,9 +88,11 @@ def write_warc(path: Path, pages: list[Page]) -> list[str]:
                 headers.append(("Content-Encoding", page.encoding))
             reason = "OK" if page.status == 200 else "Not Found"
             http = StatusAndHeaders(f"{page.status} {reason}", headers, protocol="HTTP/1.1")
+            warc_headers = {"WARC-Record-ID": record_id(path, index, page, "response")}
+            if page.truncated:
+                warc_headers["WARC-Truncated"] = page.truncated
             response = writer.create_warc_record(page.url, "response", payload=io.BytesIO(body), http_headers=http,
-                                                 warc_headers_dict={"WARC-Record-ID": record_id(path, index, page,
-                                                                                                "response")})
+                                                 warc_headers_dict=warc_headers)
             request = writer.create_warc_record(
                 page.url, "request", payload=io.BytesIO(b""),
                 warc_headers_dict={"WARC-Record-ID": record_id(path, index, page, "request")},

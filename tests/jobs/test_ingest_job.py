@@ -4,8 +4,9 @@ import json
 from deltalake import DeltaTable
 from warcio.archiveiterator import ArchiveIterator
 
-from conftest import PAGES
+from conftest import PAGES, Page, write_warc
 from jobs.ingest import IngestJob
+from jobs.warc.records import TRUNCATED
 
 WARC_FILES = ["file", "size", "modified", "records_seen", "rows", "skips", "status", "error", "reader",
               "ingested_at", "run_id"]
@@ -73,3 +74,16 @@ def test_rerun_adds_nothing_and_keeps_the_version(pipeline, crawl):
     # the partial file is read again, reads the same way, and so changes no row of bronze.warc_files
     assert metrics.extra["files_to_read"] == 1 and metrics.extra["files_already_ingested"] == 1
     assert DeltaTable(str(pipeline.lake / "bronze" / "warc_files")).version() == files_version
+
+
+def test_pages_the_crawler_cut_are_kept_marked_and_counted_by_reason(spark, tmp_path, caplog):
+    warc = tmp_path / "warc"
+    warc.mkdir()
+    write_warc(warc / "cut.warc.gz", [Page("http://big.weblm.test/", 200, "text/html", PAGES[0].body[:900],
+                                           truncated="length"), PAGES[0]])
+    metrics = IngestJob().run(["--lake", str(tmp_path / "lake"), "-p", f"warc_dir={warc}"])
+    assert metrics.output_rows == 2 and metrics.extra["pages_truncated"] == {"length": 1}
+    rows = DeltaTable(str(tmp_path / "lake" / "bronze" / "pages")).to_pyarrow_table(columns=["url", "headers"])
+    marks = {row["url"]: dict(row["headers"]).get(TRUNCATED) for row in rows.to_pylist()}
+    assert marks == {"http://big.weblm.test/": "length", PAGES[0].url: None}
+    assert "1 page(s) whose WARC record says the crawler cut the body (WARC-Truncated: length 1)" in caplog.text

@@ -8,10 +8,10 @@ import pytest
 from fastwarc.warc import ArchiveIterator as FastArchiveIterator
 from warcio.archiveiterator import ArchiveIterator
 
-from conftest import PAGES, SHARED_WARC, shared_warc, write_warc
+from conftest import PAGES, SHARED_WARC, Page, shared_warc, write_warc
 from jobs.config import load_jobs_config
 from jobs.warc.files import read_warc
-from jobs.warc.records import doc_id_for
+from jobs.warc.records import TRUNCATED, doc_id_for
 
 CFG = load_jobs_config().ingest
 
@@ -198,3 +198,17 @@ def test_files_are_read_from_object_storage(bucket, crawl):
     rows, summary = read(f"{bucket}/warc/good.warc.gz")
     assert summary["status"] == "ok" and [p["warc_record_id"] for p in pages_of(rows)] == crawl.good_ids
     assert all(r["warc_file"] == f"{bucket}/warc/good.warc.gz" for r in rows)
+
+
+def test_a_payload_the_crawler_cut_is_kept_and_marked_with_the_reason(tmp_path):
+    """WARC-Truncated (Common Crawl's `length` at 1 MiB, the spider's `disconnect`): the record itself is whole, so
+    the page is kept, with the reason in its headers for every later stage to see."""
+    path = tmp_path / "cut-by-crawler.warc.gz"
+    body = PAGES[0].body
+    write_warc(path, [Page("http://big.weblm.test/", 200, "text/html", body[: len(body) // 2], truncated="length"),
+                      Page("http://lost.weblm.test/", 200, "text/html", body[:100], truncated="Disconnect"),
+                      PAGES[0]])
+    rows, summary = read(path)
+    assert summary["status"] == "ok"
+    marks = {p["url"]: p["headers"].get(TRUNCATED) for p in pages_of(rows)}
+    assert marks == {"http://big.weblm.test/": "length", "http://lost.weblm.test/": "disconnect", PAGES[0].url: None}
