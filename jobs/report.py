@@ -32,6 +32,7 @@ from datetime import datetime, timezone  # noqa: E402
 import storage  # noqa: E402
 from jobs.base import SparkJob  # noqa: E402
 from jobs.report_tally import Fates, Tally  # noqa: E402
+from jobs.warc.records import TRUNCATED  # noqa: E402
 
 log = logging.getLogger("weblm.jobs.report")
 
@@ -92,7 +93,8 @@ def document_fates(lake: Lake) -> Fates:
     cfg, fates = lake.cfg, Fates()
     bronze = lake.table("bronze.pages")
     if bronze is not None:
-        fates.add("bronze.pages", bronze, html_bytes=F.length("html"), host=F.col("host"), status=F.col("status"))
+        fates.add("bronze.pages", bronze, html_bytes=F.length("html"), host=F.col("host"), status=F.col("status"),
+                  truncated=F.col("headers").getItem(TRUNCATED))
     ledger = lake.ledger("extract")
     if ledger is not None:
         fates.add("_ledger/extract", ledger, outcome=F.col("outcome"))
@@ -142,12 +144,15 @@ def ingest_stage(lake: Lake, fates: Fates, tally: Tally):
     bronze = fates.present("bronze.pages")
     pages = tally.ask(bronze, html_bytes=fates.col("bronze.pages", "html_bytes"))
     statuses = tally.ask(bronze, key=fates.col("bronze.pages", "status"))
+    cut = fates.col("bronze.pages", "truncated")   # WARC-Truncated: kept, but the crawler did not get the whole body
+    truncated = tally.ask(bronze & F.col(cut).isNotNull(), key=cut)
     files = lake.table("bronze.warc_files")
     # records ingest read but did not make pages of (request records, damaged records)
     skipped = (tally.measure(files.select(F.explode("skips").alias("reason", "n")), key="reason", weight="n")
                if files is not None else None)
     return lambda: _stage("ingest", "bronze.pages", tally.one(pages), tally.one(pages), {},
-                          records_skipped=tally.counts(skipped) if skipped else {}, http_statuses=tally.counts(statuses))
+                          records_skipped=tally.counts(skipped) if skipped else {}, http_statuses=tally.counts(statuses),
+                          pages_truncated=tally.counts(truncated))
 
 
 def extract_stage(lake: Lake, fates: Fates, tally: Tally):

@@ -149,6 +149,9 @@ def stage_details(stage: dict) -> str:
         if stage["records_skipped"]:
             out.append("<h3>WARC records read but not pages</h3>" + _table(
                 ["reason", "records"], [[html.escape(k), _n(v)] for k, v in sorted(stage["records_skipped"].items())]))
+        if stage.get("pages_truncated"):
+            out.append("<h3>Pages kept whose body the crawler cut (WARC-Truncated)</h3>" + _table(
+                ["reason", "pages"], [[html.escape(k), _n(v)] for k, v in sorted(stage["pages_truncated"].items())]))
     if name == "quality" and stage.get("pii_found"):
         out.append("<h3>PII replaced in kept and dropped documents</h3>" + _table(
             ["type", "matches", "documents with it"],

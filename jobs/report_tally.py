@@ -21,7 +21,7 @@ import re
 from dataclasses import dataclass
 
 MEASURES = ("documents", "chars", "text_bytes", "html_bytes", "tokens")
-STRING_FIELDS = ("host", "status", "language", "reason", "outcome")   # every other field is a count (long)
+STRING_FIELDS = ("host", "status", "language", "reason", "outcome", "truncated")   # every other field is a count (long)
 NO_KEY = ""
 
 

@@ -156,3 +156,22 @@ def test_a_stage_that_never_ran_is_reported_as_not_run(pipeline, tmp_path):
     assert page.count('<span class="notrun">not run</span>') == 2
     assert "not run: silver.signals is absent" in page
     assert json.loads(open(json_path).read())["stages"][2]["status"] == NOT_RUN
+
+
+def test_pages_the_crawler_cut_are_shown_under_ingest(spark, tmp_path):
+    """A lake of one ingested WARC file whose record says the crawler cut a body (WARC-Truncated: length): the
+    ingest stage counts that page by reason, and the page says so; the stages after it have not run."""
+    from conftest import PAGES, Page, write_warc
+    from jobs.ingest import IngestJob
+
+    warc = tmp_path / "warc"
+    warc.mkdir()
+    write_warc(warc / "cut.warc.gz", [Page("http://big.weblm.test/", 200, "text/html", PAGES[0].body[:900],
+                                           truncated="length"), PAGES[0]])
+    common = ["--lake", str(tmp_path / "lake"), "-p", f"warc_dir={warc}"]
+    IngestJob().run(common)
+    ReportJob().run(common + ["--out", str(tmp_path / "r.html")])
+    ingest = by_stage(json.loads((tmp_path / "r.json").read_text()))["ingest"]
+    assert ingest["kept"]["documents"] == 2 and ingest["pages_truncated"] == {"length": 1}
+    page = (tmp_path / "r.html").read_text()
+    assert "Pages kept whose body the crawler cut (WARC-Truncated)" in page and "<td>length</td>" in page
