@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from conftest import pipeline_options
+from jobs.export import ExportJob
 from jobs.maintain import LIST_PARALLELISM, RETENTION_CHECK, VACUUM_LOGGING, MaintainJob, lake_tables, vacuum_due
 
 HOUR = 3600.0
@@ -68,9 +70,6 @@ def run_maintain(var: Path, *overrides: str):
 
 def test_maintenance_compacts_and_vacuums_every_table_and_changes_no_row(spark, churned):
     from delta.tables import DeltaTable
-
-    from jobs.export import ExportJob
-    from conftest import pipeline_options
 
     lake = churned / "lake"
     ExportJob().run(pipeline_options(churned, churned / "no-warc"))   # the copy's manifest names the copy's tables

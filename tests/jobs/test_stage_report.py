@@ -8,6 +8,8 @@ import shutil
 
 import pytest
 
+from conftest import PAGES, Page, write_warc
+from jobs.ingest import IngestJob
 from jobs.report import NOT_RUN, ReportJob, collect, write
 
 STAGES = ("ingest", "extract", "quality", "dedup", "tokenize", "export")
@@ -161,9 +163,6 @@ def test_a_stage_that_never_ran_is_reported_as_not_run(pipeline, tmp_path):
 def test_pages_the_crawler_cut_are_shown_under_ingest(spark, tmp_path):
     """A lake of one ingested WARC file whose record says the crawler cut a body (WARC-Truncated: length): the
     ingest stage counts that page by reason, and the page says so; the stages after it have not run."""
-    from conftest import PAGES, Page, write_warc
-    from jobs.ingest import IngestJob
-
     warc = tmp_path / "warc"
     warc.mkdir()
     write_warc(warc / "cut.warc.gz", [Page("http://big.weblm.test/", 200, "text/html", PAGES[0].body[:900],
