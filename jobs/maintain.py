@@ -28,6 +28,7 @@ import time
 from dataclasses import dataclass
 
 import storage
+from conf import ConfigError
 from jobs.base import SparkJob, session_conf
 
 log = logging.getLogger("weblm.jobs.maintain")
@@ -118,7 +119,7 @@ class MaintainJob(SparkJob):
         if cfg.tables:
             unknown = sorted(set(cfg.tables) - {name for name, _ in tables})
             if unknown:
-                raise ValueError(f"maintain.tables names {unknown}, which are not Delta tables under "
+                raise ConfigError(f"maintain.tables names {unknown}, which are not Delta tables under "
                                  f"{self.paths.lake} (there: {[name for name, _ in tables]})")
             tables = [(name, path) for name, path in tables if name in cfg.tables]
         settings = {LIST_PARALLELISM: str(cfg.list_parallelism or default_parallelism(spark)), VACUUM_LOGGING: "true"}

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from conf import ConfigError
 from conftest import pipeline_options
 from jobs.export import ExportJob
 from jobs.maintain import LIST_PARALLELISM, RETENTION_CHECK, VACUUM_LOGGING, MaintainJob, lake_tables, vacuum_due
@@ -140,5 +141,5 @@ def test_a_damaged_table_is_reported_and_the_others_are_still_maintained(spark, 
 
 
 def test_tables_that_are_not_in_the_lake_are_refused_before_any_work(churned):
-    with pytest.raises(ValueError, match=r"maintain.tables names \['silver.nope'\], which are not Delta tables"):
+    with pytest.raises(ConfigError, match=r"maintain.tables names \['silver.nope'\], which are not Delta tables"):
         run_maintain(churned, "maintain.tables=[silver.nope]")
