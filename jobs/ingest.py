@@ -253,8 +253,9 @@ def read_file(file: str, size: int, cfg) -> Iterator[dict]:
 def fetched(file: str, size: int, cfg) -> Iterator[str]:
     """Where to read `file` from: a copy on this executor's disk when it is remote and `cfg.fetch_remote` (reading
     a file takes four passes: the rendered DOMs, the record count, the records, the tail check; one download
-    instead of four reads over the network), removed afterwards; else the file itself.  Without room for the copy,
-    or when the download fails, the file is read where it is (and its passes fail or not, and say so)."""
+    instead of four reads over the network), removed afterwards; else the file itself.  The copy retries transient
+    failures and goes on from where a cut one stopped (`storage.get_file`, `storage.download`).  Without room for the
+    copy, or when it fails past its retries, the file is read where it is (and its passes fail or not, and say so)."""
     if not cfg.fetch_remote or not storage.is_uri(file):
         yield file
         return

@@ -10,8 +10,11 @@ from __future__ import annotations
 
 import functools
 import json
+import logging
 import os
+import random
 import shutil
+import time
 import uuid
 from pathlib import Path
 from typing import IO, Any, Iterator
@@ -19,6 +22,8 @@ from typing import IO, Any, Iterator
 from conf import INLINE_ENV
 from conf.paths import is_uri, join  # noqa: F401  (re-exported: one notion of "URI" everywhere)
 from storage.config import StorageConfig, load_storage_config
+
+log = logging.getLogger("weblm.storage")
 
 
 def _config() -> StorageConfig:
@@ -112,8 +117,9 @@ def open_file(path: str, mode: str = "rb", **kwargs) -> IO:
 
 
 def read_bytes(path: str) -> bytes:
+    """The whole file, transient failures retried as `get_file`'s are."""
     fs, p = filesystem(path)
-    return fs.cat_file(p)
+    return retrying(f"read of {path}", lambda: fs.cat_file(p))
 
 
 def read_text(path: str, encoding: str = "utf-8") -> str:
@@ -219,13 +225,99 @@ def put_file(local: str | os.PathLike, path: str) -> None:
 
 
 def get_file(path: str, local: str | os.PathLike) -> None:
-    """Copy `path` (local or URI) to a local file, all-or-nothing."""
+    """Copy `path` (local or URI) to a local file, all-or-nothing.  A transient failure (see `transient`) is retried
+    with backoff (`storage.download`); a copy cut midway goes on from the bytes it has, where the source serves byte
+    ranges (S3, GCS, most web servers), else starts again."""
     target = Path(local)
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = target.with_name(f".{target.name}.part")
+    tmp.unlink(missing_ok=True)
     fs, p = filesystem(path)
-    fs.get_file(p, str(tmp))
+
+    def copy() -> None:
+        have = tmp.stat().st_size if tmp.exists() else 0
+        if have:
+            try:
+                return _resume(fs, p, tmp, have)
+            except ValueError as exc:   # fsspec: the server ignores byte ranges (or gives no size): from the start
+                log.warning("storage: %s cannot be resumed at byte %d (%s); copying it from the start", path, have,
+                            exc)
+                tmp.unlink()
+        fs.get_file(p, str(tmp))
+
+    try:
+        retrying(f"copy of {path}", copy)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
     os.replace(tmp, target)
+
+
+def _resume(fs, p: str, tmp: Path, have: int, chunk: int = 8 << 20) -> None:
+    """Append the rest of `p` from byte `have` to `tmp` (ranged reads through fsspec's file object)."""
+    with fs.open(p, "rb") as src, open(tmp, "ab") as out:
+        src.seek(have)
+        while data := src.read(chunk):
+            out.write(data)
+        expected = getattr(src, "size", None)
+    if expected is not None and tmp.stat().st_size != expected:
+        raise OSError(f"resumed copy has {tmp.stat().st_size} bytes, the source {expected}")
+
+
+# HTTP statuses worth another try: timeout, too early, throttled, and every server error
+_RETRY_STATUSES = {408, 425, 429}
+_PERMANENT = (FileNotFoundError, PermissionError, IsADirectoryError, NotADirectoryError, ValueError, TypeError)
+
+
+def _status(exc: BaseException) -> int | None:
+    """The HTTP status an fsspec client's error carries: aiohttp's `.status`, gcsfs's `.code`, botocore's response."""
+    response = getattr(exc, "response", None)
+    status = getattr(exc, "status", None)
+    if not isinstance(status, int):   # aiohttp's `.code` is a deprecated alias of `.status`: not read when it has one
+        status = getattr(exc, "code", None)
+    if not isinstance(status, int) and isinstance(response, dict):
+        status = response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+    return status if isinstance(status, int) and 100 <= status <= 599 else None
+
+
+def transient(exc: BaseException) -> bool:
+    """Whether another try may succeed: a 5xx, 408, 425 or 429, a dropped or timed-out connection.  A missing or
+    forbidden file, another 4xx, or a bad argument fails at once."""
+    status = _status(exc)
+    if status is not None:
+        return status >= 500 or status in _RETRY_STATUSES
+    if isinstance(exc, _PERMANENT):
+        return False
+    return isinstance(exc, Exception)   # connection, payload and timeout errors of every client (OSError or not)
+
+
+def _retry_after(exc: BaseException) -> float:
+    """A server's `Retry-After` in seconds (the delta form), 0 without one."""
+    headers = getattr(exc, "headers", None) or {}
+    try:
+        return float(headers.get("Retry-After", 0))
+    except (TypeError, ValueError):
+        return 0.0
+
+
+def retrying(what: str, attempt):
+    """`attempt()`, tried up to `storage.download.retries` times while it fails transiently, waiting with exponential
+    backoff and jitter (or the server's Retry-After, if longer) between tries.  The uploads' loop (storage/upload.py)
+    has the same shape; a library (tenacity, backoff) would add a dependency for these few lines."""
+    s = _config().download
+    delay = s.backoff_initial_s
+    for n in range(1, max(1, s.retries) + 1):
+        try:
+            return attempt()
+        except Exception as exc:  # noqa: BLE001  (classified by `transient`; the last one is raised)
+            if n >= s.retries or not transient(exc):
+                raise
+            wait = max(min(delay, s.backoff_max_s) * (1 + 0.25 * random.random()),
+                       min(_retry_after(exc), s.backoff_max_s))
+            log.warning("storage: %s: attempt %d of %d failed (%s: %s); retrying in %.1f s", what, n, s.retries,
+                        type(exc).__name__, exc, wait)
+            time.sleep(wait)
+            delay *= 2
 
 
 def copy_tree(src: str, dest: str) -> list[str]:

@@ -33,10 +33,18 @@ class UploadSettings:
 
 
 @dataclass(frozen=True)
+class DownloadSettings:
+    retries: int
+    backoff_initial_s: float
+    backoff_max_s: float
+
+
+@dataclass(frozen=True)
 class StorageConfig:
     s3: S3Settings
     gcs: GcsSettings
     upload: UploadSettings
+    download: DownloadSettings
 
 
 def load_storage_config(overrides: Iterable[str] = ()) -> StorageConfig:

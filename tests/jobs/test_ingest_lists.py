@@ -1,7 +1,8 @@
 """jobs.ingest over WARC lists (Common Crawl's warc.paths.gz, or a list of one's own) whose files are on a web
 server (Python's http.server over real HTTP, as data.commoncrawl.org serves them): relative lines joined to the
 base, each file copied to the executor once and read there, recorded in bronze.warc_files under its URL; a listed
-file that is not there fails alone, is counted and named, and is tried again by the next run."""
+file that is not there fails alone, is counted and named, and is tried again by the next run; a busy server's 503
+and a copy cut midway are retried and resumed."""
 from __future__ import annotations
 
 import gzip
@@ -83,3 +84,27 @@ def test_a_remote_file_is_copied_into_sparks_scratch_folder_and_removed_after(cr
         assert local == url
     with fetched(str(crawl.good_file), 1, cfg) as local:   # a local file is read in place
         assert local == str(crawl.good_file)
+
+
+def test_a_listed_file_on_a_busy_server_that_cuts_its_answer_is_ingested_whole(spark, crawl, tmp_path):
+    """data.commoncrawl.org answers 503 Slow Down when busy and a 1 GB copy can be cut midway: the executor's copy
+    retries with backoff and goes on from the byte it had (storage.download), so the file is read once, whole."""
+    server = HttpServer("flaky-web", lambda port: [sys.executable, "tests/support/flaky_web.py", str(port),
+                                                   str(crawl.warc_dir), "--busy", "1", "--cut", "1"],
+                        "/", tmp_path)
+    try:
+        listing = tmp_path / "warc.paths"
+        listing.write_text(crawl.good_file.name + "\n")
+        lake = tmp_path / "lake"
+        metrics = IngestJob().run(["--lake", str(lake), "--list", str(listing),
+                                   "-o", f"ingest.warc_list_base={server.endpoint}/"])
+        files = DeltaTable(str(lake / "bronze" / "warc_files")).to_pyarrow_table().to_pylist()
+        assert [(f["status"], f["rows"]) for f in files] == [("ok", len(PAGES))]
+        assert metrics.extra["files_by_status"] == {"ok": 1, "partial": 0, "failed": 0}
+        pages = DeltaTable(str(lake / "bronze" / "pages")).to_pyarrow_table().to_pylist()
+        assert sorted(p["warc_record_id"] for p in pages) == sorted(crawl.good_ids)
+        size = crawl.good_file.stat().st_size
+        gets = [line.split(" -> ")[1] for line in server.log_path.read_text().splitlines() if line.startswith("GET")]
+        assert gets == ["503", f"200 cut after {size // 2} of {size} bytes", f"206 {size - size // 2} bytes"]
+    finally:
+        server.stop()

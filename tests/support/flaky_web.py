@@ -1,0 +1,107 @@
+"""A static file server over real HTTP that misbehaves as busy public servers do (data.commoncrawl.org under load):
+
+    python tests/support/flaky_web.py PORT DIR [--busy N] [--cut N] [--no-ranges]
+
+`--busy N`: the first N GET requests for each path are answered `503 Slow Down` with `Retry-After: 1`.
+`--cut N`: the next N GETs of a path send the headers (full Content-Length) and half the body, then close the
+connection.  `GET /` answers `ready` (a readiness probe).  Every other request is served from DIR, with byte ranges (`Range: bytes=a-`, `bytes=a-b`) unless
+`--no-ranges`.  HEAD always answers.  One line per request goes to stderr: `METHOD path range -> outcome`.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import sys
+import threading
+from collections import Counter
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("port", type=int)
+    parser.add_argument("folder")
+    parser.add_argument("--busy", type=int, default=0)
+    parser.add_argument("--cut", type=int, default=0)
+    parser.add_argument("--no-ranges", action="store_true")
+    args = parser.parse_args()
+    gets: Counter = Counter()
+    lock = threading.Lock()
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, *_):   # our own line per request instead
+            pass
+
+        def _note(self, outcome: str) -> None:
+            sys.stderr.write(f"{self.command} {self.path} {self.headers.get('Range') or '-'} -> {outcome}\n")
+            sys.stderr.flush()
+
+        def _file(self):
+            path = os.path.join(args.folder, self.path.lstrip("/").split("?")[0])
+            return path if os.path.isfile(path) else None
+
+        def do_HEAD(self):
+            path = self._file()
+            if path is None:
+                self.send_error(404)
+                return self._note("404")
+            self.send_response(200)
+            self.send_header("Content-Length", str(os.path.getsize(path)))
+            if not args.no_ranges:
+                self.send_header("Accept-Ranges", "bytes")
+            self.end_headers()
+            self._note("200")
+
+        def do_GET(self):
+            if self.path == "/":   # the readiness probe: not a file, not counted, not logged
+                self.send_response(200)
+                self.send_header("Content-Length", "5")
+                self.end_headers()
+                self.wfile.write(b"ready")
+                return
+            path = self._file()
+            if path is None:
+                self.send_error(404)
+                return self._note("404")
+            with lock:
+                gets[self.path] += 1
+                n = gets[self.path]
+            if n <= args.busy:
+                body = b"Slow Down"
+                self.send_response(503)
+                self.send_header("Retry-After", "1")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+                return self._note("503")
+            data = open(path, "rb").read()
+            start, end, status = 0, len(data) - 1, 200
+            wanted = re.fullmatch(r"bytes=(\d+)-(\d*)", self.headers.get("Range") or "")
+            if wanted and not args.no_ranges:
+                start, status = int(wanted.group(1)), 206
+                end = min(int(wanted.group(2)), end) if wanted.group(2) else end
+            body = data[start:end + 1]
+            self.send_response(status)
+            self.send_header("Content-Length", str(len(body)))
+            if status == 206:
+                self.send_header("Content-Range", f"bytes {start}-{end}/{len(data)}")
+            if not args.no_ranges:
+                self.send_header("Accept-Ranges", "bytes")
+            self.end_headers()
+            if n <= args.busy + args.cut:
+                self.wfile.write(body[:len(body) // 2])
+                self.wfile.flush()
+                self.close_connection = True
+                self.connection.shutdown(2)
+                return self._note(f"{status} cut after {len(body) // 2} of {len(body)} bytes")
+            self.wfile.write(body)
+            self._note(f"{status} {len(body)} bytes")
+
+    ThreadingHTTPServer(("127.0.0.1", args.port), Handler).serve_forever()
+
+
+if __name__ == "__main__":
+    main()
