@@ -45,6 +45,9 @@ class FrontierConfig:
     robots_error_ttl_s: float
     robots_max_bytes: int
     robots_max_redirects: int
+    sitemaps: bool
+    sitemap_max_urls: int
+    sitemap_max_bytes: int
     trap_years: list[int]
     ssrf_allow: list[str]
     dns_cache_ttl_s: float

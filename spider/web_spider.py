@@ -2,11 +2,13 @@
 from __future__ import annotations
 
 import logging
-from urllib.parse import urldefrag, urlsplit
+from urllib.parse import urldefrag, urljoin, urlsplit
 
 import scrapy
 from scrapy.http import Request, TextResponse
 from scrapy.linkextractors import LinkExtractor
+from scrapy.utils.gz import gunzip
+from scrapy.utils.sitemap import Sitemap
 
 from spider.config import CrawlConfig
 from spider.errors import failure_kind
@@ -45,6 +47,8 @@ class WebSpider(scrapy.Spider):
             self.url_filter = UrlFilter(set(self.allowed_domains), config.max_pages_per_host,
                                         config.max_url_length, config.max_repeated_segment)
         self.link_extractor = LinkExtractor(allow_domains=self.allowed_domains or (), unique=True)
+        self.sitemap_max_urls = config.frontier.sitemap_max_urls
+        self.sitemap_max_bytes = config.frontier.sitemap_max_bytes
 
     async def start(self):
         for url in self.seeds:
@@ -52,6 +56,9 @@ class WebSpider(scrapy.Spider):
                 yield self._request(url, {"weblm_seed": True, "depth": 0})
 
     def parse(self, response):
+        if response.meta.get("weblm_sitemap"):   # listed in robots.txt or in a sitemap index (FrontierScheduler)
+            yield from self.parse_sitemap(response)
+            return
         if not isinstance(response, TextResponse):
             self.crawler.stats.inc_value("weblm/parse/not_text")  # images, PDFs: archived, not followed
             return
@@ -69,6 +76,45 @@ class WebSpider(scrapy.Spider):
             url = urldefrag(link.url).url  # a fragment never reaches the server: /a#x and /a#y are one fetch
             if self._admit(url):
                 yield self._request(url, {"weblm_parent": response.url})
+
+    def parse_sitemap(self, response):
+        """A sitemap (sitemaps.org) or sitemap index, plain or gzipped, read with Scrapy's own parser (lxml, no
+        entities resolved): its URLs are followed as links, an index's entries as sitemaps again.  At most
+        `frontier.sitemap_max_urls` entries; a file past `sitemap_max_bytes` uncompressed, or no sitemap at all,
+        is counted (weblm/sitemaps/invalid) and left, never an error of the crawl."""
+        stats = self.crawler.stats
+        problem, entries, kind = None, [], None
+        try:
+            body = response.body
+            if body[:2] == b"\x1f\x8b":   # a .xml.gz file (a gzip Content-Encoding is already undone by Scrapy)
+                body = gunzip(body, max_size=self.sitemap_max_bytes)
+            if len(body) > self.sitemap_max_bytes:
+                raise ValueError(f"{len(body)} bytes, over frontier.sitemap_max_bytes={self.sitemap_max_bytes}")
+            sitemap = Sitemap(body)
+            kind = sitemap.type
+            if kind not in ("urlset", "sitemapindex"):
+                raise ValueError(f"its root element is <{kind}>, not <urlset> or <sitemapindex>")
+            for entry in sitemap:
+                if len(entries) == self.sitemap_max_urls:
+                    stats.inc_value("weblm/sitemaps/urls_over_limit")
+                    logger.warning("sitemap %s lists more than %d URLs (frontier.sitemap_max_urls); the rest are "
+                                   "not followed", response.url, self.sitemap_max_urls)
+                    break
+                if entry.get("loc"):
+                    entries.append(urljoin(response.url, entry["loc"].strip()))
+        except Exception as exc:  # noqa: BLE001  (lxml, gzip, a bomb: whatever the file is, the crawl goes on)
+            problem = f"{type(exc).__name__}: {exc}"
+        if problem:
+            stats.inc_value("weblm/sitemaps/invalid")
+            logger.warning("sitemap %s not read (%s); archived, no URLs followed", response.url,
+                           problem)
+            return
+        stats.inc_value(f"weblm/sitemaps/{'indexes' if kind == 'sitemapindex' else 'read'}")
+        stats.inc_value("weblm/sitemaps/urls", len(entries))
+        meta = {"weblm_parent": response.url, **({"weblm_sitemap": True} if kind == "sitemapindex" else {})}
+        for url in dict.fromkeys(urldefrag(u).url for u in entries):
+            if self._admit(url):
+                yield self._request(url, dict(meta))
 
     def on_error(self, failure):
         kind = failure_kind(failure)

@@ -27,6 +27,10 @@ class Robots:
             return True
         return self.parser.can_fetch(url, user_agent)
 
+    def sitemaps(self) -> list[str]:
+        """The file's `Sitemap:` URLs (they apply to every user agent), as written."""
+        return [url.strip() for url in self.parser.sitemaps if url.strip()] if self.parser is not None else []
+
     def crawl_delay(self, user_agent: str) -> float | None:
         if self.parser is None:
             return None

@@ -7,6 +7,7 @@ which also leases the next URLs into a small local buffer (Frontera's refill: on
 
 Per leased URL: its host's robots.txt record comes with the lease (fetched once per host for the cluster, here,
 by the worker that holds the host); a disallowed URL is acknowledged unfetched and refunded from the host's budget.
+The sitemaps a fetched robots.txt lists join the frontier as URLs the spider reads as sitemaps (`frontier.sitemaps`).
 An allowed one is sent; when its fetch ends (FetchOutcomeMiddleware) the host is released until the time
 politeness says (spider/frontier/politeness.py) and the URL is *held* until the WARC record of that fetch
 (`fetch_recorded` names it) is in a durable file (`warc_file_durable`), then acknowledged.  A retry goes back to
@@ -25,7 +26,7 @@ import time
 from collections import defaultdict, deque
 from dataclasses import dataclass, replace
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import urljoin, urlsplit
 
 from scrapy import signals
 from scrapy.core.scheduler import BaseScheduler
@@ -50,7 +51,7 @@ logger = logging.getLogger(__name__)
 ROBOTS_META = "weblm_robots_for"
 LEASE_META = "weblm_lease"
 # Meta keys that travel with a URL through the frontier (JSON); the rest is per attempt.
-CARRIED_META = ("depth", "weblm_seed", "weblm_parent", "retry_times")
+CARRIED_META = ("depth", "weblm_seed", "weblm_parent", "weblm_sitemap", "retry_times")
 KNOWN_URLS = 200_000  # at most this many URLs in the local shortcut (~20 MB), then it starts over
 COUNTS_EVERY_S = 0.5  # cluster gauges (and the end-of-crawl test) at most this often while URLs flow
 JOIN_WAIT_S = 60.0    # how long a worker started without seeds waits for work to appear in the frontier
@@ -276,7 +277,18 @@ class FrontierScheduler(BaseScheduler):
             record = robotstxt.from_answer(response.status, response.body, time.time(), f.robots_ttl_s,
                                            f.robots_error_ttl_s, f.robots_max_bytes)
         self._robots_known(response.meta[ROBOTS_META], record)
+        if record.status == "parsed" and f.sitemaps and not self._closing:
+            self._enqueue_sitemaps(self._robots[response.meta[ROBOTS_META]], response.url)
         return []
+
+    def _enqueue_sitemaps(self, rules: robotstxt.Robots, robots_url: str) -> None:
+        """robots.txt's `Sitemap:` lines (sitemaps.org) join the frontier as URLs one hop from the host, marked so
+        that the spider reads them as sitemaps (WebSpider.parse_sitemap).  Asked once per robots.txt fetch, so once
+        per host and `robots_ttl_s` for the whole cluster; the Bloom filter drops the ones already known."""
+        for url in dict.fromkeys(rules.sitemaps()):
+            self.stats.inc_value("weblm/sitemaps/listed")
+            self.enqueue_request(Request(urljoin(robots_url, url), meta={
+                "depth": 1, "weblm_sitemap": True, "weblm_parent": robots_url}))
 
     def _robots_failed(self, failure):
         from spider.errors import failure_kind
