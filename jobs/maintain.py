@@ -8,8 +8,9 @@ files while the old ones stay on disk for time travel: without maintenance a lak
 its rewritten tables every day (`bench/lake_growth.py` measures it).  Per table (each `<lake>/<layer>/<table>` with
 a `_delta_log`, `_ledger/*` included):
 
-- compaction, Delta's own bin-packing OPTIMIZE, when the table has at least `maintain.compact_min_files` files that
-  average under `maintain.small_file_mib`;
+- compaction, Delta's own bin-packing OPTIMIZE, when at least `maintain.compact_min_files` of the table's files are
+  under `maintain.small_file_mib` (Delta's auto-compaction rule; the sizes come from the table's log, read with
+  delta-rs), so that a few large files do not hide many small ones;
 - VACUUM `maintain.retention_hours` (Delta's default 7 days), run only when a commit has aged past the retention
   window since the table's last VACUUM (otherwise there is nothing it could delete, and listing the table's folder
   is the costly part); it also deletes files a killed job wrote but never committed.
@@ -40,6 +41,9 @@ LIST_PARALLELISM = "spark.sql.sources.parallelPartitionDiscovery.parallelism"
 # VACUUM records its START and END (files and bytes deleted) in the table's history; Delta leaves this off on S3, where
 # concurrent commits need a DynamoDB log store: here the lake's lease already keeps other runs out
 VACUUM_LOGGING = "spark.databricks.delta.vacuum.logging.enabled"
+# OPTIMIZE rewrites every file under this (Delta's default 1 GiB): set to maintain.small_file_mib, so that compaction
+# rewrites the small files only, as Delta's auto compaction does, not the table's large files with them
+OPTIMIZE_MIN_FILE_SIZE = "spark.databricks.delta.optimize.minFileSize"
 DELTA_DEFAULT_RETENTION_HOURS = 168
 _MIB = 1024 * 1024
 
@@ -56,6 +60,21 @@ def lake_tables(lake: str) -> list[tuple[str, str]]:
 
 def _base(path: str) -> str:
     return path.rstrip("/").rsplit("/", 1)[-1]
+
+
+def file_sizes(path: str) -> list[int] | None:
+    """The sizes of the files the table's current version uses, from its log read with delta-rs (a JVM query would
+    need Delta's internal DeltaLog API); None, with a warning, when delta-rs cannot read it (a store or a table
+    feature it does not support)."""
+    from deltalake import DeltaTable
+
+    try:
+        actions = DeltaTable(path, storage_options=storage.object_store_options(path) or None).get_add_actions()
+        return [int(size) for size in actions.column("size_bytes").to_pylist()]
+    except Exception as exc:  # noqa: BLE001  (compaction then falls back to the average size from DESCRIBE DETAIL)
+        log.warning("maintain: file sizes of %s not read from its log (%s: %s); deciding compaction on the average "
+                    "file size", path, type(exc).__name__, str(exc)[:300])
+        return None
 
 
 def vacuum_due(commits: list[tuple[int, float, str]], now: float, retention_s: float) -> bool:
@@ -82,6 +101,7 @@ class TableMaintenance:
     table: str
     files: int = 0                 # files in use before
     bytes: int = 0
+    small_files: int | None = 0    # files in use under maintain.small_file_mib (None: the log could not be read)
     compacted_files: int = 0       # files OPTIMIZE replaced ...
     compacted_into: int = 0        # ... with this many
     vacuumed_files: int | None = 0    # files VACUUM deleted (None: the table's log does not say)
@@ -122,7 +142,8 @@ class MaintainJob(SparkJob):
                 raise ConfigError(f"maintain.tables names {unknown}, which are not Delta tables under "
                                  f"{self.paths.lake} (there: {[name for name, _ in tables]})")
             tables = [(name, path) for name, path in tables if name in cfg.tables]
-        settings = {LIST_PARALLELISM: str(cfg.list_parallelism or default_parallelism(spark)), VACUUM_LOGGING: "true"}
+        settings = {LIST_PARALLELISM: str(cfg.list_parallelism or default_parallelism(spark)), VACUUM_LOGGING: "true",
+                    OPTIMIZE_MIN_FILE_SIZE: str(int(cfg.small_file_mib * _MIB))}
         if cfg.retention_hours < DELTA_DEFAULT_RETENTION_HOURS:
             log.warning("maintain: retention %s h is under Delta's %d h: a reader on a snapshot older than that, "
                         "and time travel past it, lose their files", cfg.retention_hours, DELTA_DEFAULT_RETENTION_HOURS)
@@ -134,7 +155,7 @@ class MaintainJob(SparkJob):
                 result = TableMaintenance(name)
                 started = time.monotonic()
                 try:
-                    self.maintain(spark, storage.spark_uri(path), result)
+                    self.maintain(spark, path, result)
                 except Exception as exc:  # noqa: BLE001  (one damaged table must not leave the others unmaintained)
                     result.error = f"{type(exc).__name__}: {exc}"[:1000]
                     self.metrics.skip("table_failed")
@@ -157,16 +178,24 @@ class MaintainJob(SparkJob):
             raise RuntimeError(f"maintenance failed for {len(failed)} of {len(done)} tables (the others are done): "
                                + "; ".join(r.line() for r in failed))
 
-    def maintain(self, spark, path: str, result: TableMaintenance) -> None:
+    def maintain(self, spark, location: str, result: TableMaintenance) -> None:
         from delta.tables import DeltaTable
         from pyspark.sql import functions as F
 
         cfg = self.cfg.maintain
+        path = storage.spark_uri(location)
         table = DeltaTable.forPath(spark, path)
         detail = table.detail().select("numFiles", "sizeInBytes").first()
         result.files, result.bytes = int(detail["numFiles"] or 0), int(detail["sizeInBytes"] or 0)
-        if (result.files >= max(cfg.compact_min_files, 2)
-                and result.bytes / result.files < cfg.small_file_mib * _MIB):
+        small = cfg.small_file_mib * _MIB
+        sizes = file_sizes(location) if result.files >= 2 else []
+        if sizes is None:
+            result.small_files = None
+            due = result.files >= max(cfg.compact_min_files, 2) and result.bytes / result.files < small
+        else:
+            result.small_files = sum(size < small for size in sizes)
+            due = result.small_files >= max(cfg.compact_min_files, 2)
+        if due:
             metrics = table.optimize().executeCompaction().select("metrics.numFilesRemoved",
                                                                    "metrics.numFilesAdded").first()
             result.compacted_files, result.compacted_into = int(metrics[0]), int(metrics[1])

@@ -12,7 +12,8 @@ import pytest
 from conf import ConfigError
 from conftest import pipeline_options
 from jobs.export import ExportJob
-from jobs.maintain import LIST_PARALLELISM, RETENTION_CHECK, VACUUM_LOGGING, MaintainJob, lake_tables, vacuum_due
+from jobs.maintain import (LIST_PARALLELISM, OPTIMIZE_MIN_FILE_SIZE, RETENTION_CHECK, VACUUM_LOGGING, MaintainJob,
+                           lake_tables, vacuum_due)
 
 HOUR = 3600.0
 
@@ -100,7 +101,8 @@ def test_maintenance_compacts_and_vacuums_every_table_and_changes_no_row(spark, 
     operations = [r[0] for r in DeltaTable.forPath(spark, str(lake / "gold" / "tokens")).history()
                   .select("operation").collect()]
     assert operations[:3] == ["VACUUM END", "VACUUM START", "OPTIMIZE"]   # newest first: gold.tokens has new versions
-    assert all(spark.conf.get(key, None) is None for key in (LIST_PARALLELISM, RETENTION_CHECK, VACUUM_LOGGING))
+    assert all(spark.conf.get(key, None) is None
+               for key in (LIST_PARALLELISM, RETENTION_CHECK, VACUUM_LOGGING, OPTIMIZE_MIN_FILE_SIZE))
 
     # export sees through the maintenance commits: same rows, so no new shards and the same manifest
     export = ExportJob().run(pipeline_options(churned, churned / "no-warc"))
@@ -143,3 +145,30 @@ def test_a_damaged_table_is_reported_and_the_others_are_still_maintained(spark, 
 def test_tables_that_are_not_in_the_lake_are_refused_before_any_work(churned):
     with pytest.raises(ConfigError, match=r"maintain.tables names \['silver.nope'\], which are not Delta tables"):
         run_maintain(churned, "maintain.tables=[silver.nope]")
+
+
+def test_many_small_files_beside_a_large_one_are_compacted_and_the_large_one_is_left(spark, tmp_path):
+    """Delta's auto-compaction rule: count the small files (sizes from the log), not the average size, which one large
+    file would keep above the threshold."""
+    var = tmp_path / "var"
+    path = var / "lake" / "silver" / "mixed"
+    spark.range(0, 100_000).selectExpr("id", "sha2(cast(id as string), 256) AS h").coalesce(1) \
+        .write.format("delta").save(str(path))
+    for i in range(4):
+        spark.range(i, i + 1).selectExpr("id", "sha2(cast(id as string), 256) AS h") \
+            .write.format("delta").mode("append").save(str(path))
+    large = max(table_files(path), key=lambda name: (path / name).stat().st_size)
+    sizes = sorted((path / name).stat().st_size for name in table_files(path))
+    small_mib = sizes[-2] * 4 / 2 ** 20   # well above every small file, well under the large one ...
+    assert sum(sizes) / len(sizes) > small_mib * 2 ** 20   # ... and under the average: the old rule did nothing
+    rows = table_rows(spark, path)
+
+    metrics = run_maintain(var, "maintain.compact_min_files=4", f"maintain.small_file_mib={small_mib}")
+
+    table = metrics.extra["tables"]["silver.mixed"]
+    assert (table["files"], table["small_files"], table["compacted_files"], table["compacted_into"]) == (5, 4, 4, 1)
+    live = {Path(f).name for f in spark.read.format("delta").load(str(path)).inputFiles()}
+    assert len(live) == 2 and large in live          # OPTIMIZE bin-packed the four small files, left the large one
+    assert table_rows(spark, path) == rows
+    again = run_maintain(var, "maintain.compact_min_files=4", f"maintain.small_file_mib={small_mib}")
+    assert again.extra["tables"]["silver.mixed"]["compacted_files"] == 0   # one small file now: under the minimum

@@ -60,6 +60,7 @@ def test_maintenance_compacts_and_vacuums_a_table_in_a_bucket(spark, bucket):
     metrics = MaintainJob().run(["--lake", lake, "-o", "maintain.retention_hours=0",
                                  "-o", "maintain.compact_min_files=2"])
     assert metrics.status == "ok" and metrics.extra["files_compacted"] == len(objects)
+    assert metrics.extra["tables"]["silver.things"]["small_files"] == len(objects)   # sizes read from the bucket's log
     assert metrics.extra["files_written"] == 1 and metrics.extra["files_vacuumed"] == len(objects)
     assert sorted((r.doc_id, r.value) for r in spark.read.format("delta").load(table).collect()) == before
     left = storage.glob(storage.join(lake, "silver", "things"), "*.parquet")
