@@ -63,7 +63,7 @@ class InHand:
     lease: Leased
     url: str
     meta: dict
-    seed: bool
+    hot: bool   # a seed or a sitemap: fetched again after frontier.hot_recrawl_after_s, where new pages show first
     sent: bool = False
     record_id: str | None = None  # the WARC record of the fetch that finished it; its file's durability acks it
     expires: float = 0.0  # when this worker's lease ends as far as it knows: the lease's expiry, then each renewal's
@@ -419,7 +419,7 @@ class FrontierScheduler(BaseScheduler):
 
     def _refetch_at(self, item: InHand | None, now: float) -> float | None:
         f = self.cfg.frontier
-        after = f.hot_recrawl_after_s if item is not None and item.seed else f.recrawl_after_s
+        after = f.hot_recrawl_after_s if item is not None and item.hot else f.recrawl_after_s
         return now + after if after > 0 else None
 
     def _forget(self, id_: str) -> InHand | None:
@@ -513,7 +513,8 @@ class FrontierScheduler(BaseScheduler):
                 self._robots[key] = robotstxt.parse(record)
         for lease in leased:
             data = json.loads(lease.payload)
-            item = InHand(lease, data["url"], data.get("meta", {}), bool(data.get("meta", {}).get("weblm_seed")))
+            meta = data.get("meta", {})
+            item = InHand(lease, data["url"], meta, bool(meta.get("weblm_seed") or meta.get("weblm_sitemap")))
             self._in_hand[lease.id] = item
             if self._closing:
                 self._op("requeue", [lease.id], now)

@@ -29,7 +29,7 @@ def scheduler() -> FrontierScheduler:
 def finish(s: FrontierScheduler, url: str, record_id: str) -> None:
     """What the crawl does when a leased URL's fetch ends: held (fetch_finished), then recorded (fetch_recorded)."""
     id_ = s.canon.id(url)
-    s._in_hand[id_] = InHand(Leased(id_, "a.weblm.test", "{}", expires=0.0), url, {}, seed=False)
+    s._in_hand[id_] = InHand(Leased(id_, "a.weblm.test", "{}", expires=0.0), url, {}, hot=False)
     s._held.add(id_)
     s._on_fetch_recorded(Request(url, meta={LEASE_META: id_}), record_id)
 

@@ -29,7 +29,7 @@ def scheduler_with(expires: float) -> FrontierScheduler:
     for url in URLS:
         id_ = s.canon.id(url)
         item = InHand(Leased(id_, url.split("/")[2], "{}", expires, host_lease=5 + URLS.index(url)), url, {},
-                      seed=False)
+                      hot=False)
         s._in_hand[id_] = item
         s._buffer.append(item)
         s._robots[robots_key(url)] = robotstxt.parse(RobotsRecord("allow_all", b"", now, now + 3600))
@@ -89,7 +89,7 @@ def test_a_fetch_that_ends_after_its_lease_lapsed_does_not_free_the_hosts_newer_
         (first,) = frontier.lease(1, T0, 30)
         (again,) = frontier.lease(1, T0 + 31, 30)  # the same URL, this worker's again
         s = scheduler_with(expires=time.time() + 60)
-        s._in_hand[first.id] = InHand(first, "http://a.weblm.test/1", {}, seed=False)
+        s._in_hand[first.id] = InHand(first, "http://a.weblm.test/1", {}, hot=False)
         request = Request("http://a.weblm.test/1", meta={LEASE_META: first.id})
         s._on_fetch_finished(request, failed=False)
         ops = [(name, args) for name, args in s._ops if args and args[0] in ([first.id], "a.weblm.test")]

@@ -8,6 +8,9 @@ bomb; many.weblm.test lists one file of 30 URLs, over a cap of 10.
 from __future__ import annotations
 
 import gzip
+import json
+import sqlite3
+import time
 
 import pytest
 
@@ -65,11 +68,11 @@ def crawled(tmp_path_factory):
     fetched: dict[str, list[str]] = {}
     for _, host, path in server.arrivals:
         fetched.setdefault(host.split(".")[0], []).append(path)
-    return run, fetched
+    return run, fetched, tmp
 
 
 def test_pages_only_a_sitemap_names_are_crawled_within_scope_and_robots_rules(crawled):
-    run, fetched = crawled
+    run, fetched, _ = crawled
     sitemaps = {"/sitemap_index.xml", "/sitemap-a.xml", "/sitemap-b.xml.gz", "/broken.xml", "/bomb.xml.gz"}
     assert sorted(fetched["maps"]) == sorted({"/robots.txt", "/", "/a", "/orphan1", "/orphan2", "/orphan3"} | sitemaps)
     assert "elsewhere" not in fetched                                   # off the crawl's hosts: not followed
@@ -78,13 +81,13 @@ def test_pages_only_a_sitemap_names_are_crawled_within_scope_and_robots_rules(cr
 
 
 def test_a_sitemap_past_its_url_cap_is_followed_up_to_the_cap(crawled):
-    run, fetched = crawled
+    run, fetched, _ = crawled
     assert sorted(p for p in fetched["many"] if p[2:].isdigit()) == sorted(f"/p{i}" for i in range(10))
     assert "sitemap http://many.weblm.test/pages.xml lists more than 10 URLs" in run.log
 
 
 def test_sitemaps_are_counted_and_a_broken_one_or_a_bomb_is_left_with_a_message(crawled):
-    run, _ = crawled
+    run, _, _ = crawled
     scrapy = run.stats["scrapy"]
     assert scrapy["weblm/sitemaps/listed"] == 4          # robots.txt lines: three of maps, one of many
     assert scrapy["weblm/sitemaps/indexes"] == 1
@@ -98,7 +101,7 @@ def test_sitemaps_are_counted_and_a_broken_one_or_a_bomb_is_left_with_a_message(
 
 
 def test_a_page_found_through_a_sitemap_names_it_in_its_warc_metadata(crawled):
-    run, _ = crawled
+    run, _, _ = crawled
     via = {}
     for path in run.warc_files:
         for record in read_warc(path):
@@ -116,3 +119,17 @@ def test_with_sitemaps_off_only_links_are_followed(tmp_path, raw_server):
     assert run.returncode == 0, run.log[-3000:]
     assert sorted(path for _, _, path in server.arrivals) == ["/", "/a", "/robots.txt"]
     assert not any(key.startswith("weblm/sitemaps/") for key in run.stats["scrapy"])
+
+
+def test_sitemaps_come_back_as_often_as_seeds_and_their_pages_as_other_pages(crawled):
+    _, _, tmp = crawled
+    with sqlite3.connect(tmp / "frontier.db") as db:   # the crawl's embedded frontier: when each URL is due again
+        due = {json.loads(payload)["url"]: until for payload, until in
+               db.execute("SELECT payload, until FROM urls WHERE state = 'due'")}
+    day, month = 86400, 2592000   # conf/crawl.yaml frontier.hot_recrawl_after_s, recrawl_after_s
+    now = time.time()
+    hot_urls = (f"{MAPS}/", f"{MAPS}/sitemap_index.xml", f"{MAPS}/sitemap-b.xml.gz", "http://many.weblm.test/pages.xml")
+    for hot in hot_urls:
+        assert now < due[hot] <= now + day, hot
+    for page in (f"{MAPS}/orphan1", f"{MAPS}/a"):
+        assert now + day < due[page] <= now + month, page
