@@ -71,10 +71,13 @@ def crawled(tmp_path_factory):
     return run, fetched, tmp
 
 
+MAPS_FETCHED = {"/robots.txt", "/", "/a", "/orphan1", "/orphan2", "/orphan3",
+                "/sitemap_index.xml", "/sitemap-a.xml", "/sitemap-b.xml.gz", "/broken.xml", "/bomb.xml.gz"}
+
+
 def test_pages_only_a_sitemap_names_are_crawled_within_scope_and_robots_rules(crawled):
     run, fetched, _ = crawled
-    sitemaps = {"/sitemap_index.xml", "/sitemap-a.xml", "/sitemap-b.xml.gz", "/broken.xml", "/bomb.xml.gz"}
-    assert sorted(fetched["maps"]) == sorted({"/robots.txt", "/", "/a", "/orphan1", "/orphan2", "/orphan3"} | sitemaps)
+    assert sorted(fetched["maps"]) == sorted(MAPS_FETCHED)
     assert "elsewhere" not in fetched                                   # off the crawl's hosts: not followed
     assert "/private/secret" not in fetched["maps"]                     # listed, but robots.txt disallows it
     assert len(fetched["maps"]) == len(set(fetched["maps"]))            # /a and /orphan1#top: each fetched once
@@ -133,3 +136,16 @@ def test_sitemaps_come_back_as_often_as_seeds_and_their_pages_as_other_pages(cra
         assert now < due[hot] <= now + day, hot
     for page in (f"{MAPS}/orphan1", f"{MAPS}/a"):
         assert now + day < due[page] <= now + month, page
+
+
+def test_a_crawl_over_redis_follows_sitemaps_the_same_way(tmp_path, raw_server):
+    from tests.support.redisserver import RedisServer
+
+    server, redis = raw_server(answer, by_host=True), RedisServer(tmp_path / "redis")
+    try:
+        run = run_crawl([f"{MAPS}/"], tmp_path, ["proxy=" + server.proxy_url(), f"frontier.url={redis.url}",
+                                                "frontier.sitemap_max_bytes=1000000"])
+    finally:
+        redis.stop()
+    assert run.returncode == 0, run.log[-3000:]
+    assert sorted(path for _, _, path in server.arrivals) == sorted(MAPS_FETCHED)
