@@ -82,6 +82,7 @@ class CrawlConfig:
     allowed_hosts: list[str]
     user_agent: str
     obey_robots: bool
+    obey_nofollow: bool
     robots_parser: str
     download_delay_s: float
     max_crawl_delay_s: float

@@ -13,6 +13,7 @@ from scrapy.utils.sitemap import Sitemap
 from spider.config import CrawlConfig
 from spider.errors import failure_kind
 from spider.frontier.outcome import fetch_failed
+from spider.nofollow import agent_token, page_nofollow
 from spider.seeds import read_seeds
 from spider.settings import FRONTIER
 from spider.urlfilter import UrlFilter
@@ -47,6 +48,8 @@ class WebSpider(scrapy.Spider):
             self.url_filter = UrlFilter(set(self.allowed_domains), config.max_pages_per_host,
                                         config.max_url_length, config.max_repeated_segment)
         self.link_extractor = LinkExtractor(allow_domains=self.allowed_domains or (), unique=True)
+        self.obey_nofollow = config.obey_nofollow
+        self.agent_token = agent_token(config.user_agent)
         self.sitemap_max_urls = config.frontier.sitemap_max_urls
         self.sitemap_max_bytes = config.frontier.sitemap_max_bytes
 
@@ -66,6 +69,10 @@ class WebSpider(scrapy.Spider):
         if rendered:
             response = response.replace(body=rendered, encoding="utf-8")
         try:
+            if self.obey_nofollow and page_nofollow(response, self.agent_token):
+                self.crawler.stats.inc_value("weblm/nofollow/pages")
+                logger.debug("%s says nofollow (meta robots or X-Robots-Tag): its links are not followed", response.url)
+                return
             links = self.link_extractor.extract_links(response)
         except Exception as exc:  # a page lxml cannot parse must not end the crawl
             self.crawler.stats.inc_value("weblm/errors/parse_error")
@@ -73,6 +80,9 @@ class WebSpider(scrapy.Spider):
                            response.url, type(exc).__name__, exc)
             return
         for link in links:
+            if link.nofollow and self.obey_nofollow:   # rel="nofollow"
+                self.crawler.stats.inc_value("weblm/nofollow/links")
+                continue
             url = urldefrag(link.url).url  # a fragment never reaches the server: /a#x and /a#y are one fetch
             if self._admit(url):
                 yield self._request(url, {"weblm_parent": response.url})
