@@ -141,7 +141,7 @@ def list_warc_files(inputs: list[str], patterns: list[str], entries: list[str] =
 
     def described(path: str) -> dict:
         try:
-            info = storage.info(path)
+            info = storage.retrying(f"lookup of {path}", lambda: storage.info(path))   # a busy server's 503 passes
             return {"file": path, "size": int(info["size"]), "modified": _modified(info)}
         except Exception as exc:  # noqa: BLE001  (the executor's read reports it, with the file's other failures)
             log.warning("ingest: cannot look up %s (%s: %s); its read will say why", path, type(exc).__name__, exc)
@@ -383,13 +383,20 @@ class IngestJob(SparkJob):
                                "credentials and that the files are WARC/ARC")
 
     def _not_yet_ingested(self, spark, listed: list[dict]) -> list[dict]:
-        """Files that bronze.warc_files does not hold as ok at this size (a grown or replaced file is new)."""
+        """Files that bronze.warc_files does not hold as ok at this size (a grown or replaced file is new).  A file
+        whose size could not be looked up this run (size -1: its server kept failing) but that is held as ok is
+        not read again: reading a 1 GB file again because a HEAD failed would cost its download for nothing."""
         path = self.table(FILES)
         if table_version(spark, path) is None:
             return listed
         done = {(r["file"], r["size"]) for r in
                 spark.read.format("delta").load(path).where("status = 'ok'").select("file", "size").collect()}
-        return [f for f in listed if (f["file"], f["size"]) not in done]
+        held = {file for file, _ in done}
+        unknown = {f["file"] for f in listed if f["size"] < 0 and f["file"] in held}
+        if unknown:
+            log.warning("ingest: %d file(s) held as ok in %s could not be looked up this run (e.g. %s); not read "
+                        "again", len(unknown), FILES, min(unknown))
+        return [f for f in listed if (f["file"], f["size"]) not in done and f["file"] not in unknown]
 
     def _account(self, summaries) -> dict[str, dict]:
         """Per-file outcomes into the metrics and the log; failed and partial files are named with their error."""

@@ -287,7 +287,8 @@ def transient(exc: BaseException) -> bool:
     if status is not None:
         return status >= 500 or status in _RETRY_STATUSES
     if isinstance(exc, _PERMANENT):
-        return False
+        # fsspec's HTTP `info` raises FileNotFoundError from whatever failed its GET, a 503 included: the cause decides
+        return exc.__cause__ is not None and transient(exc.__cause__)
     return isinstance(exc, Exception)   # connection, payload and timeout errors of every client (OSError or not)
 
 

@@ -108,3 +108,42 @@ def test_a_listed_file_on_a_busy_server_that_cuts_its_answer_is_ingested_whole(s
         assert gets == ["503", f"200 cut after {size // 2} of {size} bytes", f"206 {size - size // 2} bytes"]
     finally:
         server.stop()
+
+
+def test_a_file_already_ingested_is_not_read_again_when_its_lookup_fails(spark, crawl, tmp_path, monkeypatch):
+    """The driver looks each listed file up (HEAD) to tell a new or grown file from one already read: a 503 there is
+    retried, and a file held as ok whose lookup keeps failing is not downloaded and read again."""
+    from tests.support.s3server import free_port, write_overlay
+
+    quick = {"storage": {"download": {"retries": 3, "backoff_initial_s": 0.05, "backoff_max_s": 0.1}}}
+    monkeypatch.setenv("WEBLM_CONF_OVERLAY", str(write_overlay(tmp_path / "quick.yaml", quick)))
+    listing = tmp_path / "warc.paths"
+    listing.write_text(crawl.good_file.name + "\n")
+    lake = tmp_path / "lake"
+
+    port = free_port()
+
+    def ingest(*flags: str):   # each run a server on the same port: the files keep their URLs
+        server = HttpServer("flaky-web", lambda port: [sys.executable, "tests/support/flaky_web.py", str(port),
+                                                       str(crawl.warc_dir), *flags], "/", tmp_path, port)
+        try:
+            metrics = IngestJob().run(["--lake", str(lake), "--list", str(listing),
+                                       "-o", f"ingest.warc_list_base={server.endpoint}/"])
+            return metrics, server.log_path.read_text().splitlines()
+        finally:
+            server.stop()
+
+    first, _ = ingest()
+    assert first.extra["files_by_status"]["ok"] == 1
+    def answers(requests: list[str], method: str) -> list[str]:
+        return [line.split(" -> ")[1] for line in requests if line.startswith(method)]
+
+    # fsspec looks a file up with a HEAD, then a GET of its headers: both busy twice, the third try finds the same
+    # size, and the file is not read again
+    busy, requests = ingest("--head-busy", "2", "--busy", "2")
+    assert busy.extra["files_to_read"] == 0 and busy.extra["files_already_ingested"] == 1
+    assert answers(requests, "HEAD") == ["503", "503", "200"] and answers(requests, "GET") == ["503", "503"]
+    # never looked up (download.retries: 3): held as ok, still not read again
+    down, requests = ingest("--head-busy", "100", "--busy", "100")
+    assert down.extra["files_to_read"] == 0 and down.extra["files_already_ingested"] == 1
+    assert answers(requests, "HEAD") == ["503"] * 3 and answers(requests, "GET") == ["503"] * 3

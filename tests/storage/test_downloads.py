@@ -126,7 +126,17 @@ def test_an_s3_download_survives_an_endpoint_that_resets_connections_for_a_while
         storage.reset()
 
 
+def _wrapped(cause: BaseException) -> FileNotFoundError:
+    """What fsspec's HTTP `info` raises when its GET fails: FileNotFoundError from the GET's error."""
+    try:
+        raise FileNotFoundError("http://x/y") from cause
+    except FileNotFoundError as exc:
+        return exc
+
+
 @pytest.mark.parametrize("exc, again", [
+    (_wrapped(aiohttp.ClientResponseError(None, (), status=503)), True),
+    (_wrapped(FileNotFoundError("http://x/y")), False),
     (aiohttp.ClientResponseError(None, (), status=503), True),
     (aiohttp.ClientResponseError(None, (), status=429), True),
     (aiohttp.ClientResponseError(None, (), status=403), False),

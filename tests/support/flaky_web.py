@@ -1,11 +1,13 @@
 """A static file server over real HTTP that misbehaves as busy public servers do (data.commoncrawl.org under load):
 
-    python tests/support/flaky_web.py PORT DIR [--busy N] [--cut N] [--no-ranges]
+    python tests/support/flaky_web.py PORT DIR [--busy N] [--head-busy N] [--cut N] [--no-ranges]
 
 `--busy N`: the first N GET requests for each path are answered `503 Slow Down` with `Retry-After: 1`.
+`--head-busy N`: the first N HEAD requests for each path are answered 503 too.
 `--cut N`: the next N GETs of a path send the headers (full Content-Length) and half the body, then close the
-connection.  `GET /` answers `ready` (a readiness probe).  Every other request is served from DIR, with byte ranges (`Range: bytes=a-`, `bytes=a-b`) unless
-`--no-ranges`.  HEAD always answers.  One line per request goes to stderr: `METHOD path range -> outcome`.
+connection.  `GET /` answers `ready` (a readiness probe).  Every other request is served from DIR, with byte ranges
+(`Range: bytes=a-`, `bytes=a-b`) unless `--no-ranges`.  One line per request goes to stderr:
+`METHOD path range -> outcome`.
 """
 from __future__ import annotations
 
@@ -25,8 +27,10 @@ def main() -> None:
     parser.add_argument("--busy", type=int, default=0)
     parser.add_argument("--cut", type=int, default=0)
     parser.add_argument("--no-ranges", action="store_true")
+    parser.add_argument("--head-busy", type=int, default=0)
     args = parser.parse_args()
     gets: Counter = Counter()
+    heads: Counter = Counter()
     lock = threading.Lock()
 
     class Handler(BaseHTTPRequestHandler):
@@ -48,6 +52,15 @@ def main() -> None:
             if path is None:
                 self.send_error(404)
                 return self._note("404")
+            with lock:
+                heads[self.path] += 1
+                busy = heads[self.path] <= args.head_busy
+            if busy:
+                self.send_response(503)
+                self.send_header("Retry-After", "1")
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                return self._note("503")
             self.send_response(200)
             self.send_header("Content-Length", str(os.path.getsize(path)))
             if not args.no_ranges:

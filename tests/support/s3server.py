@@ -30,11 +30,11 @@ def free_port() -> int:
 
 
 class HttpServer:
-    """A server in its own process on a free loopback port, started by `args(port)` and ready once `probe_path`
-    answers over HTTP; its output goes to `<log_dir>/<name>-<port>.log`; `stop()` ends it."""
+    """A server in its own process on a free loopback port (or `port`), started by `args(port)` and ready once
+    `probe_path` answers over HTTP; its output goes to `<log_dir>/<name>-<port>.log`; `stop()` ends it."""
 
-    def __init__(self, name: str, args, probe_path: str, log_dir: Path) -> None:
-        self.port = free_port()
+    def __init__(self, name: str, args, probe_path: str, log_dir: Path, port: int | None = None) -> None:
+        self.port = port or free_port()
         self.endpoint = f"http://127.0.0.1:{self.port}"
         self.log_path = log_dir / f"{name}-{self.port}.log"
         self._log = open(self.log_path, "wb")
