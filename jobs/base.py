@@ -339,6 +339,22 @@ def session_conf(spark, settings: dict[str, str]):
 
 
 # -- Delta I/O ------------------------------------------------------------------------------------
+def add_missing_columns(spark, path: str, df) -> list[str]:
+    """Add to the Delta table at `path` the columns of `df` it lacks (null in its rows), so that a MERGE naming them
+    works on a table an older version of a job wrote; nothing when there is no table yet.  Returns what was added."""
+    from delta.tables import DeltaTable
+
+    if not DeltaTable.isDeltaTable(spark, path):
+        return []
+    have = set(spark.read.format("delta").load(path).columns)
+    missing = [f for f in df.schema.fields if f.name not in have]
+    if missing:
+        spark.sql(f"ALTER TABLE delta.`{path}` ADD COLUMNS ("
+                  + ", ".join(f"`{f.name}` {f.dataType.simpleString()}" for f in missing) + ")")
+        log.info("%s: added column(s) %s (null in the rows already there)", path, ", ".join(f.name for f in missing))
+    return [f.name for f in missing]
+
+
 def table_version(spark, path: str) -> int | None:
     """Current version of the Delta table at `path`, or None when there is none."""
     from delta.tables import DeltaTable

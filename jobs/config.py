@@ -50,6 +50,7 @@ class ExtractSettings:
     keep_repeats_page_types: list[str]
     max_nesting_depth: int
     max_control_chars: float
+    opt_out_agents: list[str]
     favor_precision: bool
     favor_recall: bool
     include_comments: bool
@@ -106,6 +107,7 @@ class FilterRule:
     column: str
     min: float | None = None
     max: float | None = None
+    when_set: bool = False   # fails where the column holds a value (a string flag such as opt_out), not on a bound
 
 
 @dataclass(frozen=True)

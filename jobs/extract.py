@@ -15,9 +15,11 @@ import sys
 from dataclasses import asdict
 from typing import Iterator
 
-from jobs.base import SparkJob, is_empty, merge_table, settings_sha256, upsert_table
+from jobs.base import SparkJob, add_missing_columns, is_empty, merge_table, settings_sha256, upsert_table
 from jobs.config import ExtractSettings
 from jobs.text.main_text import Extracted
+from jobs.text.opt_out import opt_out
+from jobs.warc.records import TRUNCATED
 from jobs.text.sandbox import DEFAULT_EXTRACTOR, page_extractor
 
 log = logging.getLogger("weblm.jobs.extract")
@@ -25,8 +27,8 @@ log = logging.getLogger("weblm.jobs.extract")
 # settings that change how extraction runs, not what it outputs: changing them reprocesses nothing
 OPERATIONAL_SETTINGS = {"sandbox", "timeout_s", "start_timeout_s", "tasks_per_core"}
 SILVER_COLUMNS = ("doc_id", "url", "host", "fetch_time", "title", "text", "language", "n_chars",
-                  "warc_file", "warc_offset", "content_sha256")
-_INPUT = ("doc_id", "url", "host", "fetch_time", "status", "content_type", "charset", "html",
+                  "warc_file", "warc_offset", "opt_out", "warc_truncated", "content_sha256")
+_INPUT = ("doc_id", "url", "host", "fetch_time", "status", "content_type", "charset", "headers", "html",
           "warc_file", "warc_offset")
 
 
@@ -44,6 +46,10 @@ def output_schema():
         T.StructField("n_chars", T.IntegerType()),
         T.StructField("warc_file", T.StringType()),
         T.StructField("warc_offset", T.LongType()),
+        # flags from what the crawl archived, for quality's rules (jobs.quality.filters.DOCUMENT_FLAGS): the
+        # publisher's text-and-data-mining opt-out, and the crawler's WARC-Truncated reason; null = none
+        T.StructField("opt_out", T.StringType()),
+        T.StructField("warc_truncated", T.StringType()),
         # bookkeeping, not written to silver
         T.StructField("skip_reason", T.StringType()),
         T.StructField("decode_source", T.StringType()),
@@ -64,12 +70,16 @@ def extract_batches(batches: Iterator, cfg: ExtractSettings, extractor: str = DE
 def _extract_batches(batches: Iterator, cfg: ExtractSettings, extract) -> Iterator:
     import pandas as pd
 
+    agents = tuple(cfg.opt_out_agents)
     for batch in batches:
         out = {name: [] for name in output_schema().names}
         for row in batch.itertuples(index=False):
             result = extract(row.html, None if pd.isna(row.status) else int(row.status),
                              row.content_type, row.charset, row.url)
             ok = isinstance(result, Extracted)
+            headers = dict(row.headers) if row.headers is not None else {}   # Arrow's map: (key, value) pairs
+            out["opt_out"].append(opt_out(headers, row.html, agents) if ok else None)
+            out["warc_truncated"].append(headers.get(TRUNCATED))
             out["doc_id"].append(row.doc_id)
             out["url"].append(row.url)
             out["host"].append(row.host)
@@ -131,6 +141,7 @@ class ExtractJob(SparkJob):
             decoding = {r[0]: r[1] for r in kept.groupBy("decode_source").count().collect()}
             replaced = kept.agg(F.sum("replacements"), F.sum(F.when(F.col("replacements") > 0, 1))).first()
             silver = self.table("silver.documents")
+            add_missing_columns(spark, silver, kept.select(*SILVER_COLUMNS))   # a table written before the flags
             if args.full:  # the table becomes exactly what this run extracted
                 result = merge_table(spark, kept.select(*SILVER_COLUMNS), silver, "doc_id", sync=True)
             else:  # new documents in; documents re-extracted under new settings updated, or removed if now skipped

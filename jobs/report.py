@@ -112,7 +112,8 @@ def document_fates(lake: Lake) -> Fates:
         quality_input = lake.table(cfg.quality.input_table)
         if quality_input is not None:
             try:
-                view = filters.filtered(quality_input.select("doc_id", "content_sha256"), signals, cfg.quality)
+                view = filters.filtered(quality_input.select("doc_id", "content_sha256",
+                                                             *filters.flag_columns(quality_input)), signals, cfg.quality)
                 fates.add("quality_view", view, reason=F.col("drop_reason"))
             except ValueError as exc:   # conf names a signal column this table lacks: the quality stage says so
                 lake.view_error = str(exc)

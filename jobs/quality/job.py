@@ -76,7 +76,8 @@ def edit_batches(batches, rules: heuristics.LineRemoval):
 
 def filtered_view(spark, cfg, table):
     """The filter view over the lake's current documents and signals (`table(name)` gives a table's location)."""
-    documents = spark.read.format("delta").load(table(cfg.input_table)).select(*DOCUMENT_COLUMNS)
+    documents = spark.read.format("delta").load(table(cfg.input_table))
+    documents = documents.select(*DOCUMENT_COLUMNS, *filters.flag_columns(documents))
     stored = spark.read.format("delta").load(table(cfg.tables.signals))
     view = filters.filtered(documents, stored, cfg)
     view.createOrReplaceTempView(cfg.view)

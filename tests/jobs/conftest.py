@@ -51,6 +51,7 @@ class Page:
     body: bytes
     encoding: str | None = None  # Content-Encoding
     truncated: str | None = None  # WARC-Truncated: the crawler cut the body
+    headers: tuple = ()           # more HTTP headers, (name, value) pairs
 
 
 PAGES = [
@@ -86,6 +87,7 @@ def write_warc(path: Path, pages: list[Page]) -> list[str]:
             headers = [("Content-Type", page.content_type), ("Content-Length", str(len(body)))]
             if page.encoding:
                 headers.append(("Content-Encoding", page.encoding))
+            headers += list(page.headers)
             reason = "OK" if page.status == 200 else "Not Found"
             http = StatusAndHeaders(f"{page.status} {reason}", headers, protocol="HTTP/1.1")
             warc_headers = {"WARC-Record-ID": record_id(path, index, page, "response")}

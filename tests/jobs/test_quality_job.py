@@ -224,3 +224,38 @@ def test_a_scorer_enabled_reconfigured_or_disabled_rescores_its_own_columns_alon
     assert "toxic_words" not in table.columns and "toxicity_sha256" not in table.columns
     assert {r["doc_id"]: r["language_score"] for r in table.collect()}["en-good"] == before["en-good"]["language_score"]
     assert {r["doc_id"] for r in read(spark, lake, "silver.quality").collect()} == set(docs)
+
+
+def test_an_opted_out_document_is_dropped_first_in_every_language_and_a_cut_one_only_if_a_rule_says(spark, first):
+    from dataclasses import replace
+
+    from pyspark.sql import functions as F
+
+    from jobs.config import FilterRule, load_jobs_config
+    from jobs.quality.filters import filtered
+    from jobs.quality.job import DOCUMENT_COLUMNS
+
+    lake, _ = first
+    doc = F.col("doc_id")
+    documents = (read(spark, lake, "silver.documents").select(*DOCUMENT_COLUMNS)
+                 .withColumn("opt_out", F.when(doc == "en-good", "tdm-reservation").when(doc == "empty", "noai"))
+                 .withColumn("warc_truncated", F.when(doc == "de-good", "length")))
+    signals = read(spark, lake, "silver.signals")
+
+    def reasons(cfg, docs=documents):
+        return {r["doc_id"]: r["drop_reason"] for r in filtered(docs, signals, cfg).collect()}
+
+    cfg = load_jobs_config().quality
+    got = reasons(cfg)
+    plain = reasons(cfg, documents.withColumn("opt_out", F.lit(None)).withColumn("warc_truncated", F.lit(None)))
+    assert got["en-good"] == "opt_out" and got["empty"] == "opt_out"   # before bad input ("empty"): the first reason
+    assert got["de-good"] is None and plain["de-good"] is None         # cut, kept by default
+    assert {k: v for k, v in got.items() if k not in ("en-good", "empty")} == {
+        k: v for k, v in plain.items() if k not in ("en-good", "empty")}   # no flag, no change
+    # group `all`: English routed to no rule group still loses its opted-out page
+    bare = load_jobs_config(["quality.routing.per_language.en.groups=[]"]).quality
+    assert reasons(bare)["en-good"] == "opt_out"
+    strict = replace(cfg, filters=[*cfg.filters, FilterRule("warc_truncated", "all", "warc_truncated", when_set=True)])
+    assert reasons(strict)["de-good"] == "warc_truncated"
+    with pytest.raises(ValueError, match="has neither min nor max nor when_set"):
+        reasons(replace(cfg, filters=[FilterRule("flag", "all", "opt_out")]))
