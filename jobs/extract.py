@@ -19,8 +19,8 @@ from jobs.base import SparkJob, add_missing_columns, is_empty, merge_table, sett
 from jobs.config import ExtractSettings
 from jobs.text.main_text import Extracted
 from jobs.text.opt_out import opt_out
-from jobs.warc.records import TRUNCATED
 from jobs.text.sandbox import DEFAULT_EXTRACTOR, page_extractor
+from jobs.warc.records import TRUNCATED
 
 log = logging.getLogger("weblm.jobs.extract")
 

@@ -63,6 +63,7 @@ def opt_out(headers: dict[str, str] | None, html: bytes | None, agents: tuple[st
     for name, content in _meta_tags(html or b""):
         if name == TDM and content.strip() == "1":
             return TDM
-        if name in ("robots", *agents) and NOAI in _directives(content, ()):
+        # a meta tag names its agent in `name`: its content is a plain list ("noai,max-snippet:-1,index")
+        if name in ("robots", *agents) and NOAI in {part.strip().lower() for part in content.split(",")}:
             return NOAI
     return None
