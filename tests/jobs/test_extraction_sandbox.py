@@ -69,7 +69,7 @@ def bronze_batch(bodies: list[bytes]) -> pd.DataFrame:
     return pd.DataFrame({"doc_id": [f"d{i}" for i in range(n)], "url": [f"http://x.test/{i}" for i in range(n)],
                          "host": ["x.test"] * n, "fetch_time": [pd.Timestamp("2025-01-01")] * n,
                          "status": [200] * n, "content_type": ["text/html"] * n, "charset": [None] * n,
-                         "html": bodies, "warc_file": ["f.warc.gz"] * n, "warc_offset": list(range(n))})
+                         "headers": [None] * n, "html": bodies, "warc_file": ["f.warc.gz"] * n, "warc_offset": list(range(n))})
 
 
 def test_the_partition_body_skips_bad_pages_with_reasons_and_keeps_the_rest():
