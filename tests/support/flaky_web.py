@@ -6,8 +6,8 @@
 `--head-busy N`: the first N HEAD requests for each path are answered 503 too.
 `--cut N`: the next N GETs of a path send the headers (full Content-Length) and half the body, then close the
 connection.  `GET /` answers `ready` (a readiness probe).  Every other request is served from DIR, with byte ranges
-(`Range: bytes=a-`, `bytes=a-b`) unless `--no-ranges`.  One line per request goes to stderr:
-`METHOD path range -> outcome`.
+(`Range: bytes=a-`, `bytes=a-b`) unless `--no-ranges`.  One line per request goes to stderr before
+its answer is sent (so a client that has its answer finds it logged): `METHOD path range -> outcome`.
 """
 from __future__ import annotations
 
@@ -50,23 +50,23 @@ def main() -> None:
         def do_HEAD(self):
             path = self._file()
             if path is None:
-                self.send_error(404)
-                return self._note("404")
+                self._note("404")
+                return self.send_error(404)
             with lock:
                 heads[self.path] += 1
                 busy = heads[self.path] <= args.head_busy
             if busy:
+                self._note("503")
                 self.send_response(503)
                 self.send_header("Retry-After", "1")
                 self.send_header("Content-Length", "0")
-                self.end_headers()
-                return self._note("503")
+                return self.end_headers()
+            self._note("200")
             self.send_response(200)
             self.send_header("Content-Length", str(os.path.getsize(path)))
             if not args.no_ranges:
                 self.send_header("Accept-Ranges", "bytes")
             self.end_headers()
-            self._note("200")
 
         def do_GET(self):
             if self.path == "/":   # the readiness probe: not a file, not counted, not logged
@@ -77,19 +77,19 @@ def main() -> None:
                 return
             path = self._file()
             if path is None:
-                self.send_error(404)
-                return self._note("404")
+                self._note("404")
+                return self.send_error(404)
             with lock:
                 gets[self.path] += 1
                 n = gets[self.path]
             if n <= args.busy:
                 body = b"Slow Down"
+                self._note("503")
                 self.send_response(503)
                 self.send_header("Retry-After", "1")
                 self.send_header("Content-Length", str(len(body)))
                 self.end_headers()
-                self.wfile.write(body)
-                return self._note("503")
+                return self.wfile.write(body)
             data = open(path, "rb").read()
             start, end, status = 0, len(data) - 1, 200
             wanted = re.fullmatch(r"bytes=(\d+)-(\d*)", self.headers.get("Range") or "")
@@ -97,6 +97,9 @@ def main() -> None:
                 start, status = int(wanted.group(1)), 206
                 end = min(int(wanted.group(2)), end) if wanted.group(2) else end
             body = data[start:end + 1]
+            cut = n <= args.busy + args.cut
+            self._note(f"{status} cut after {len(body) // 2} of {len(body)} bytes" if cut
+                       else f"{status} {len(body)} bytes")
             self.send_response(status)
             self.send_header("Content-Length", str(len(body)))
             if status == 206:
@@ -104,14 +107,12 @@ def main() -> None:
             if not args.no_ranges:
                 self.send_header("Accept-Ranges", "bytes")
             self.end_headers()
-            if n <= args.busy + args.cut:
+            if cut:
                 self.wfile.write(body[:len(body) // 2])
                 self.wfile.flush()
                 self.close_connection = True
-                self.connection.shutdown(2)
-                return self._note(f"{status} cut after {len(body) // 2} of {len(body)} bytes")
+                return self.connection.shutdown(2)
             self.wfile.write(body)
-            self._note(f"{status} {len(body)} bytes")
 
     ThreadingHTTPServer(("127.0.0.1", args.port), Handler).serve_forever()
 
