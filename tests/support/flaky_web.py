@@ -47,20 +47,31 @@ def main() -> None:
             path = os.path.join(args.folder, self.path.lstrip("/").split("?")[0])
             return path if os.path.isfile(path) else None
 
-        def do_HEAD(self):
-            path = self._file()
-            if path is None:
+        def _asked(self, counter: Counter) -> int | None:
+            """How many times this path was asked with this method, this time included; None (answered 404) for a
+            path that is no file."""
+            if self._file() is None:
                 self._note("404")
                 return self.send_error(404)
             with lock:
-                heads[self.path] += 1
-                busy = heads[self.path] <= args.head_busy
-            if busy:
-                self._note("503")
-                self.send_response(503)
-                self.send_header("Retry-After", "1")
-                self.send_header("Content-Length", "0")
-                return self.end_headers()
+                counter[self.path] += 1
+                return counter[self.path]
+
+        def _slow_down(self, body: bytes) -> None:
+            self._note("503")
+            self.send_response(503)
+            self.send_header("Retry-After", "1")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def do_HEAD(self):
+            n = self._asked(heads)
+            if n is None:
+                return
+            if n <= args.head_busy:
+                return self._slow_down(b"")
+            path = self._file()
             self._note("200")
             self.send_response(200)
             self.send_header("Content-Length", str(os.path.getsize(path)))
@@ -75,22 +86,12 @@ def main() -> None:
                 self.end_headers()
                 self.wfile.write(b"ready")
                 return
-            path = self._file()
-            if path is None:
-                self._note("404")
-                return self.send_error(404)
-            with lock:
-                gets[self.path] += 1
-                n = gets[self.path]
+            n = self._asked(gets)
+            if n is None:
+                return
             if n <= args.busy:
-                body = b"Slow Down"
-                self._note("503")
-                self.send_response(503)
-                self.send_header("Retry-After", "1")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                return self.wfile.write(body)
-            data = open(path, "rb").read()
+                return self._slow_down(b"Slow Down")
+            data = open(self._file(), "rb").read()
             start, end, status = 0, len(data) - 1, 200
             wanted = re.fullmatch(r"bytes=(\d+)-(\d*)", self.headers.get("Range") or "")
             if wanted and not args.no_ranges:
