@@ -75,7 +75,8 @@ SIZES = {
 COMMON = ["model.share_embeddings=false", "model.vocab_multiple=32768", "model.dropout=0.0",
           "data.reset_attention_mask=false", "data.reset_position_ids=false",   # causal, as the anchors measured
           "optim.warmup_steps=2", "schedule.steps=1000", "schedule.eval_interval=0", "data.split=100,0,0"]
-ALL_ON = ["cuda.compile=true", "cuda.fused_optimizer=true", "cuda.cross_entropy_fusion=true", "model.attention=sdpa"]
+ALL_ON = ["cuda.compile=true", "cuda.fused_optimizer=true", "cuda.cross_entropy_fusion=true", "cuda.compile_loss=true",
+          "cuda.scale_loss_by_tokens=true", "cuda.compiled_grad_accumulation=true", "model.attention=sdpa"]
 
 # name -> (engine, size, overrides); in the order they run (most important first: a short lease still
 # gets the headline numbers).
@@ -85,10 +86,16 @@ VARIANTS = {
     "mcore-125m": ("mcore", "125m", ALL_ON),
     "torch-125m": ("torch", "125m", []),
     "resume": ("resume", "125m", ALL_ON + ["cuda.deterministic=true"]),
+    "mcore-1b-megatron-accumulation": ("mcore", "1b", ALL_ON + ["cuda.compiled_grad_accumulation=false"]),
+    "mcore-1b-megatron-loss": ("mcore", "1b", ALL_ON + ["cuda.compile_loss=false"]),
+    "mcore-1b-unfused-loss": ("mcore", "1b", ALL_ON + ["cuda.compile_loss=false", "cuda.cross_entropy_fusion=false"]),
+    "mcore-1b-megatron-scaling": ("mcore", "1b", ALL_ON + ["cuda.scale_loss_by_tokens=false"]),
     "mcore-1b-eager": ("mcore", "1b", ALL_ON + ["cuda.compile=false"]),
     "mcore-1b-unfused-optimizer": ("mcore", "1b", ALL_ON + ["cuda.fused_optimizer=false"]),
     "mcore-1b-as-shipped": ("mcore", "1b", ["cuda.compile=false", "cuda.fused_optimizer=false",
-                                            "cuda.cross_entropy_fusion=false", "model.attention=unfused"]),
+                                            "cuda.cross_entropy_fusion=false", "cuda.compile_loss=false",
+                                            "cuda.scale_loss_by_tokens=false", "cuda.compiled_grad_accumulation=false",
+                                            "model.attention=unfused"]),
     "mcore-1b-accum1": ("mcore", "1b", ALL_ON + ["batch.global_batch_size=4"]),
     "torch-1b-accum1": ("torch", "1b", ["batch.global_batch_size=4"]),
 }

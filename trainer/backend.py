@@ -119,7 +119,8 @@ def _open_cuda(cfg: TrainerConfig) -> Iterator[Backend]:
             dist.destroy_process_group()
         raise
     patches = ((mcore_patches.OPTIMIZER_PATCHES if cfg.cuda.fused_optimizer else ())
-               + (mcore_patches.COMPILE_PATCHES if cfg.cuda.compile else ()))
+               + (mcore_patches.COMPILE_PATCHES if cfg.cuda.compile else ())
+               + (mcore_patches.ACCUMULATION_PATCHES if cfg.cuda.compiled_grad_accumulation else ()))
     try:
         parallel_state.initialize_model_parallel(tensor_model_parallel_size=dims.tp,
                                                  pipeline_model_parallel_size=dims.pp,

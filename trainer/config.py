@@ -62,6 +62,9 @@ class CudaConfig:
     compile: bool
     fused_optimizer: bool
     cross_entropy_fusion: bool
+    compile_loss: bool
+    scale_loss_by_tokens: bool
+    compiled_grad_accumulation: bool
     overlap_grad_reduce: bool
     deterministic: bool
 

@@ -14,6 +14,9 @@ What makes it fast without Transformer Engine or Apex (each lever measured by be
   when TE/Apex are absent), and multi-tensor norm and scale (trainer/mcore_patches.py) instead of a
   host sync per gradient tensor;
 - torch.compile of each transformer layer (norms, activation, residual adds, RoPE fused);
+- a compiled cross entropy (trainer/losses.py) that recomputes the softmax from the bf16 logits in backward;
+- each micro-batch's loss divided by the global batch's tokens before backward, not the gradients after it;
+- the DDP hook's fp32 += bf16 gradient accumulation as a compiled kernel (trainer/mcore_patches.py);
 - batches prepared and pinned ahead by trainer/loader.py.
 """
 from __future__ import annotations
@@ -38,7 +41,7 @@ from trainer.config import TrainerConfig
 from trainer.data import Batch
 from trainer.downstream import model_log_probs
 from trainer.engine import Check, StepResult, accept_all, from_last_stage, pipeline_log_probs
-from trainer.losses import source_sums, token_losses
+from trainer.losses import compile_language_model_loss, source_sums, token_losses
 from trainer.model import build_model
 from trainer.optim import build_scheduler
 from trainer.parallel import ParallelDims, ParallelDimsError
@@ -67,6 +70,13 @@ def _forward_step(data_iterator, model, z_loss: float = 0.0, n_sources: int = 0)
         return model(batch.tokens, batch.position_ids, batch.attention_mask), None
     ce, objective = token_losses(model, batch, z_loss)
     return torch.stack([ce, objective]), partial(_loss, batch, n_sources=n_sources)
+
+
+def _finalize_unscaled(model, num_tokens=None, **kwargs):
+    """megatron's finalize_model_grads without its division of the whole fp32 gradient buffer by the token count
+    (a pass over every gradient, and a host sync on the count): under `cuda.scale_loss_by_tokens` each micro-batch's
+    loss was divided by the global count before its backward, as a hand-written trainer divides it."""
+    return finalize_model_grads(model, None, **kwargs)
 
 
 def use_fused_adamw(optimizer) -> int:
@@ -221,6 +231,8 @@ class CudaEngine:
         for chunk in self.chunks if cfg.cuda.compile else ():
             for layer in chunk.decoder.layers:
                 layer.compile()   # in place: parameter names and state_dict keys stay those of megatron
+        for chunk in self.chunks if cfg.cuda.compile_loss else ():
+            compile_language_model_loss(chunk)
         # what the checkpoint parts and the parameter counts read (state_dict keys "<chunk>.<name>" when interleaved)
         self.gpt = self.chunks[0] if vp == 1 else torch.nn.ModuleList(self.chunks)
         ddp_config = DistributedDataParallelConfig(
@@ -241,11 +253,16 @@ class CudaEngine:
         if cfg.cuda.fused_optimizer:
             use_fused_adamw(self.optimizer)
         self.scheduler = build_scheduler(self.optimizer, o, cfg.schedule.steps)
+        self.inverse_tokens: torch.Tensor | None = None   # 1 / the global batch's tokens, set by each step
         for chunk in self.chunks:
             config = chunk.config
             config.no_sync_func = [m.no_sync for m in self.wrapped] if vp > 1 else self.model.no_sync
-            config.finalize_model_grads_func = finalize_model_grads
-            config.grad_scale_func = self.optimizer.scale_loss
+            if cfg.cuda.scale_loss_by_tokens:
+                config.finalize_model_grads_func = _finalize_unscaled
+                config.grad_scale_func = self._scale_loss
+            else:
+                config.finalize_model_grads_func = finalize_model_grads
+                config.grad_scale_func = self.optimizer.scale_loss
         self.forward_backward = get_forward_backward_func()
 
     def parts(self) -> dict[str, Any]:
@@ -284,8 +301,22 @@ class CudaEngine:
             micro_batch_size=self.cfg.batch.micro_batch_size, decoder_seq_length=self.cfg.model.seq_length,
             forward_only=forward_only)
 
+    def _scale_loss(self, loss: torch.Tensor) -> torch.Tensor:
+        """The loss each micro-batch backpropagates, already divided by the global batch's token count."""
+        return self.optimizer.scale_loss(loss) * self.inverse_tokens
+
+    def _count_tokens(self, batches: list[Batch]) -> None:
+        """The global batch's loss tokens, on the device (no host sync): every pipeline stage reads the same
+        micro-batches, so each counts them alike; summed over the data-parallel ranks."""
+        tokens = torch.stack([b.loss_mask.sum() for b in batches]).sum().to(torch.float32)
+        if self.backend.dims.dp > 1:
+            torch.distributed.all_reduce(tokens, group=parallel_state.get_data_parallel_group())
+        self.inverse_tokens = 1.0 / tokens.clamp(min=1.0)
+
     def step(self, batches: list[Batch], check: Check = accept_all) -> StepResult:
         began = time.perf_counter()
+        if self.cfg.cuda.scale_loss_by_tokens:
+            self._count_tokens(batches)
         for model in self.wrapped:
             model.zero_grad_buffer()
         self.optimizer.zero_grad()

@@ -48,6 +48,31 @@ def vocab_parallel_terms(logits: torch.Tensor, labels: torch.Tensor) -> tuple[to
     return log_z - target, log_z
 
 
+def token_cross_entropy(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """Cross entropy per token in fp32 from megatron's [s, b, vocab] logits (the whole vocabulary, tp = 1) and
+    [b, s] labels, as [b, s]: megatron's `compute_language_model_loss` contract.
+
+    Written for torch.compile: the target's logit is picked by comparing the vocabulary's indices with the label
+    (a reduction, where a gather's backward would scatter into a zero-filled tensor), so the forward is reductions
+    over the bf16 logits and the backward one elementwise pass that recomputes the softmax from them.  megatron's
+    own fused cross entropy instead stores the softmax in fp32 (twice the logits' bytes) between the two."""
+    x = logits.transpose(0, 1).float()
+    vocab = torch.arange(x.size(-1), device=x.device)
+    target = torch.where(vocab == labels.unsqueeze(-1), x, 0.0).sum(-1)
+    return torch.logsumexp(x, dim=-1) - target
+
+
+def compile_language_model_loss(gpt: torch.nn.Module) -> bool:
+    """Give a last-stage GPTModel (or chunk) the compiled `token_cross_entropy` as its loss; True if it took it.
+    Only at tp = 1: under tensor parallelism megatron's vocabulary-parallel cross entropy stays."""
+    tp = parallel_state.get_tensor_model_parallel_world_size() if parallel_state.model_parallel_is_initialized() else 1
+    if tp > 1 or not getattr(gpt, "post_process", False):
+        return False
+    compiled = torch.compile(token_cross_entropy, dynamic=False)
+    gpt.compute_language_model_loss = lambda labels, logits: compiled(logits, labels)   # an instance attribute
+    return True
+
+
 def masked_sums(model: torch.nn.Module, batch: Batch, z_loss: float = 0.0
                 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(objective summed where loss_mask is 1, cross entropy summed likewise (no gradient), tokens counted)."""

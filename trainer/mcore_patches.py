@@ -76,6 +76,57 @@ def foreach_scale(chunk_size, noop_flag, tensor_lists, scale):
         torch._foreach_copy_(dst, torch._foreach_mul(src, scale))
 
 
+# Tensors below this size keep torch's add: their bytes are negligible, and each compiled call costs host time.
+COMPILED_ACCUMULATION_MIN = 1 << 20
+
+
+@functools.cache
+def _compiled_add() -> Callable[[torch.Tensor, torch.Tensor], None]:
+    def add(main_grad: torch.Tensor, grad: torch.Tensor) -> None:
+        main_grad.add_(grad)
+    # static shapes: a model has a handful of large weight sizes, one kernel each, vectorised
+    return torch.compile(add, dynamic=False, fullgraph=True)
+
+
+def accumulate_grad(main_grad: torch.Tensor, grad: torch.Tensor) -> None:
+    """main_grad += grad, an fp32 buffer and a bf16 gradient: torch runs that mixed-dtype add as an unrolled,
+    unvectorised kernel, well under the memory bandwidth; the compiled one (a Triton kernel) reads and writes
+    at it.  Small or non-contiguous tensors keep torch's add."""
+    if grad.numel() >= COMPILED_ACCUMULATION_MIN and main_grad.is_contiguous() and grad.is_contiguous():
+        _compiled_add()(main_grad.view(-1), grad.view(-1))
+    else:
+        main_grad.add_(grad)
+
+
+def _original_backward_post_hook():
+    from megatron.core.distributed.distributed_data_parallel import DistributedDataParallel
+    return DistributedDataParallel.__dict__["_make_backward_post_hook"]
+
+
+_MAKE_BACKWARD_POST_HOOK = _original_backward_post_hook()   # read at import, before any patch replaces it
+
+
+def compiled_backward_post_hook(self, param: torch.nn.Parameter):
+    """megatron DDP's backward hook for `param` (which adds its gradient into the fp32 main gradient, clears it and
+    tells the bucket it is ready), with the add done by `accumulate_grad`: megatron's own hook then finds the
+    gradient already added (`grad_added_to_main_grad`, its flag for fused weight-gradient GEMMs) and does the rest."""
+    megatrons = _MAKE_BACKWARD_POST_HOOK(self, param)
+
+    def hook(*unused):
+        ours = (param in self.param_to_bucket_group and param.grad is not None
+                and not param.grad_added_to_main_grad and not getattr(param, "zero_out_wgrad", False))
+        if not ours:
+            return megatrons(*unused)
+        accumulate_grad(param.main_grad, param.grad.data)
+        param.grad_added_to_main_grad = True
+        try:
+            return megatrons(*unused)
+        finally:
+            param.grad_added_to_main_grad = False
+
+    return hook
+
+
 def _tp_group_or_default(tp_group, is_expert=False, check_initialized=True):
     """megatron.core.utils.get_tensor_model_parallel_group_if_none, less its per-call warning."""
     from megatron.core import parallel_state
@@ -251,7 +302,14 @@ MACHINE_CACHE_PATCHES = tuple(
     for short, module, what in (("builder", "blended_megatron_dataset_builder", "BlendedMegatronDatasetBuilder"),
                                 ("gpt", "gpt_dataset", "GPTDataset"), ("blend", "blended_dataset", "BlendedDataset")))
 
+COMPILED_ACCUMULATION = Patch(
+    "compiled_grad_accumulation", "megatron.core.distributed.distributed_data_parallel",
+    "DistributedDataParallel._make_backward_post_hook", compiled_backward_post_hook,
+    "megatron's DDP hook adds each bf16 gradient into its fp32 main gradient with torch's mixed-dtype add (without "
+    "Apex or TE's fused weight-gradient GEMM), an unvectorised kernel: 46 ms of a 1.06 s step at 1.3 B on an H200")
+
 OPTIMIZER_PATCHES = (FOREACH_L2_NORM, FOREACH_SCALE_CLIP, FOREACH_SCALE_COPY)
+ACCUMULATION_PATCHES = (COMPILED_ACCUMULATION,)
 COMPILE_PATCHES = (ROW_PARALLEL_TP_GROUP,)
 
 
@@ -261,6 +319,8 @@ def still_needed(patch: Patch) -> bool:
     if patch in OPTIMIZER_PATCHES:
         name = "local_multi_tensor_l2_norm" if patch is FOREACH_L2_NORM else "local_multi_tensor_scale"
         return patch.current() is getattr(mcore_utils, name, object())
+    if patch is COMPILED_ACCUMULATION:
+        return "param.main_grad.add_(param.grad.data)" in inspect.getsource(_MAKE_BACKWARD_POST_HOOK)
     if patch is ROW_PARALLEL_TP_GROUP:
         from megatron.core.tensor_parallel import layers
         source = inspect.getsource(layers.RowParallelLinear.forward)

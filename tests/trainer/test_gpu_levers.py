@@ -13,6 +13,7 @@ from trainer.data import build_datasets, micro_batches
 from trainer.flops import bf16_peak, flops_per_token, mfu
 from trainer.input_cache import open_manifest
 from trainer.loader import StepLoader
+from trainer.losses import compile_language_model_loss, token_cross_entropy
 from trainer.model import build_model, transformer_parameters
 
 
@@ -80,6 +81,44 @@ def test_compiled_layers_form_one_graph_and_match_eager():
         assert _close(grad, grads_b[name], 1e-5), name
     # state_dict keys stay megatron's: compile() works in place, no `_orig_mod.` prefix
     assert compiled.state_dict().keys() == eager.state_dict().keys()
+
+
+def test_compiled_loss_matches_megatrons_cross_entropy_in_one_graph():
+    cfg = tiny_config()
+    with open_backend(cfg):
+        megatrons = build_model(cfg.model, vocab_size=128)
+        ours = build_model(cfg.model, vocab_size=128)
+        ours.load_state_dict(megatrons.state_dict())
+        assert compile_language_model_loss(ours)
+        torch.manual_seed(3)
+        tokens = torch.randint(0, 128, (2, 32))
+        positions = torch.arange(32).expand(2, 32)
+        torch._dynamo.reset()
+        counters.clear()
+        per_token = ours(tokens, positions, None, labels=tokens)
+        loss_a, grads_a = _loss_and_grads(megatrons, tokens, positions, None)
+        loss_b, grads_b = _loss_and_grads(ours, tokens, positions, None)
+        breaks, graphs = dict(counters["graph_break"]), counters["stats"]["unique_graphs"]
+        torch._dynamo.reset()
+    assert per_token.shape == (2, 32) and per_token.dtype == torch.float32   # megatron's [b, s] loss contract
+    assert not breaks and graphs == 1, (breaks, graphs)
+    assert torch.allclose(loss_a, loss_b, rtol=1e-5)
+    for name, grad in grads_a.items():
+        assert _close(grad, grads_b[name], 1e-5), name
+
+
+def test_compiled_loss_from_bf16_logits_is_the_fp32_cross_entropy():
+    torch.manual_seed(4)
+    logits = (3 * torch.randn(16, 2, 50)).to(torch.bfloat16).requires_grad_()   # megatron's [s, b, vocab]
+    labels = torch.randint(0, 50, (2, 16))
+    ce = token_cross_entropy(logits, labels)
+    ce.sum().backward()
+    reference = logits.detach().double().requires_grad_()
+    expected = torch.nn.functional.cross_entropy(reference.transpose(0, 1).reshape(-1, 50), labels.reshape(-1),
+                                                 reduction="none").view(2, 16)
+    expected.sum().backward()
+    assert ce.dtype == torch.float32 and _close(expected.float(), ce, 1e-6)
+    assert logits.grad.dtype == torch.bfloat16 and _close(reference.grad.float(), logits.grad.float(), 1e-2)
 
 
 def test_prefetching_loader_yields_exactly_the_inline_batches(manifest_path, tmp_path):

@@ -1,10 +1,12 @@
 """The megatron-core patches: each one still needed by the pinned megatron, each one correct, all removable."""
 import importlib
 import warnings
+from types import SimpleNamespace
 
 import pytest
 import torch
 from megatron.core import parallel_state
+from megatron.core.distributed.distributed_data_parallel import DistributedDataParallel
 from megatron.core.optimizer import clip_grads
 from megatron.core.tensor_parallel import layers
 
@@ -15,7 +17,7 @@ from trainer.model import build_model
 
 
 @pytest.mark.parametrize("patch", mp.CPU_PATCHES + mp.CPU_PIPELINE_PATCHES + mp.OPTIMIZER_PATCHES + mp.COMPILE_PATCHES
-                         + mp.MACHINE_CACHE_PATCHES, ids=lambda p: p.name)
+                         + mp.MACHINE_CACHE_PATCHES + mp.ACCUMULATION_PATCHES, ids=lambda p: p.name)
 def test_each_patch_is_still_needed_by_the_pinned_megatron(patch):
     # Fails once an upgrade fixes what the patch works around: then delete the patch.
     assert mp.still_needed(patch), f"{patch.name}: {patch.why} no longer holds; remove the patch"
@@ -68,6 +70,40 @@ def test_foreach_scale_copies_scales_in_place_and_across_dtypes():
     before = [s.clone() for s in src]
     mp.foreach_scale(0, None, [src, src], 0.25)
     assert all(torch.allclose(s, b * 0.25) for s, b in zip(src, before))
+
+
+def test_compiled_accumulation_adds_bf16_gradients_into_fp32_main_grads_through_megatrons_hook(monkeypatch):
+    from torch._dynamo.utils import counters
+    monkeypatch.setattr(mp, "COMPILED_ACCUMULATION_MIN", 64)   # the weight takes the compiled add, the bias torch's
+    weight = torch.nn.Parameter(torch.zeros(16, 8, dtype=torch.bfloat16))
+    bias = torch.nn.Parameter(torch.zeros(8, dtype=torch.bfloat16))
+    ready = []   # megatron's hook, overlapping the reduce, tells each parameter's bucket that its gradient is in
+    bucket = SimpleNamespace(register_grad_ready=lambda param, force: ready.append(param))
+    ddp = SimpleNamespace(ddp_config=SimpleNamespace(overlap_grad_reduce=True), force_all_reduce=False,
+                          param_to_bucket_group={weight: bucket, bias: bucket})
+    expected = {}
+    for param in (weight, bias):
+        param.main_grad, param.grad_added_to_main_grad = torch.zeros(param.shape), False
+        expected[param] = torch.zeros(param.shape, dtype=torch.float64)
+    with mp.applied(mp.ACCUMULATION_PATCHES):
+        hooks = {param: DistributedDataParallel._make_backward_post_hook(ddp, param) for param in (weight, bias)}
+    torch._dynamo.reset()
+    counters.clear()
+    torch.manual_seed(5)
+    for micro_batch in range(3):
+        for param, hook in hooks.items():
+            grad = torch.randn(param.shape).to(torch.bfloat16)
+            param.grad = grad.clone()
+            expected[param] += grad.double()
+            hook()
+            assert param.grad is None and param.grad_added_to_main_grad is False
+    graphs = counters["stats"]["unique_graphs"]
+    torch._dynamo.reset()
+    for param in (weight, bias):
+        assert param.main_grad.dtype == torch.float32
+        assert torch.allclose(param.main_grad.double(), expected[param], rtol=1e-6, atol=1e-6)
+    assert ready == [weight, bias] * 3
+    assert graphs == 1   # the weight's add, compiled once for its three micro-batches
 
 
 def test_applied_restores_every_original_even_after_an_error():
