@@ -15,12 +15,15 @@ or was read in part is read again by the next run.  A run with nothing new commi
 """
 import argparse
 import contextlib
+import fcntl
+import hashlib
 import logging
 import math
 import os
 import shutil
 import sys
 import tempfile
+import time
 import uuid
 import zlib
 from collections import Counter
@@ -249,20 +252,34 @@ def read_file(file: str, size: int, cfg) -> Iterator[dict]:
             yield row
 
 
+# An executor killed while copying a file leaves its folder behind; the next run on that machine takes the copy up.
+# Folders of files no run came back for are removed after this long.
+STALE_COPY_S = 3 * 86400
+
+
 @contextlib.contextmanager
 def fetched(file: str, size: int, cfg) -> Iterator[str]:
     """Where to read `file` from: a copy on this executor's disk when it is remote and `cfg.fetch_remote` (reading
     a file takes four passes: the rendered DOMs, the record count, the records, the tail check; one download
     instead of four reads over the network), removed afterwards; else the file itself.  The copy retries transient
-    failures and goes on from where a cut one stopped (`storage.get_file`, `storage.download`).  Without room for the
-    copy, or when it fails past its retries, the file is read where it is (and its passes fail or not, and say so)."""
+    failures and goes on from where a cut one stopped (`storage.get_file`, `storage.download`).  Its folder is the
+    file's own (`weblm-ingest/<hash>` in Spark's scratch space), held with a lock while in use: so when an executor
+    is killed midway, the next run that reads the file on this machine goes on from the bytes already copied (while
+    the source is unchanged) instead of downloading it again.  A task that finds the folder locked (the same file
+    read twice at once: a speculative task) copies into a folder of its own.  Without room for the copy, or when
+    it fails past its retries, the file is read where it is (and its passes fail or not, and say so)."""
     if not cfg.fetch_remote or not storage.is_uri(file):
         yield file
         return
     # Spark's scratch folders on this executor (on YARN, the node's data disks), as pyspark spills there too
     scratch = [d for d in os.environ.get("SPARK_LOCAL_DIRS", "").split(",") if d and os.path.isdir(d)]
-    folder = tempfile.mkdtemp(prefix="weblm-ingest-", dir=scratch[zlib.crc32(file.encode()) % len(scratch)]
-                              if scratch else None)
+    root = scratch[zlib.crc32(file.encode()) % len(scratch)] if scratch else tempfile.gettempdir()
+    base = os.path.join(root, "weblm-ingest")
+    _remove_stale_copies(base)
+    folder = os.path.join(base, hashlib.sha256(file.encode()).hexdigest()[:32])
+    lock = _claim(folder)
+    if lock is None:
+        folder = tempfile.mkdtemp(prefix="weblm-ingest-", dir=root)
     try:
         if size is not None and size >= 0 and shutil.disk_usage(folder).free < 2 * size:
             log.warning("ingest: no room for a copy of %s (%d bytes) in %s: reading it over the network", file, size,
@@ -271,7 +288,7 @@ def fetched(file: str, size: int, cfg) -> Iterator[str]:
             return
         local = os.path.join(folder, file.rstrip("/").rsplit("/", 1)[-1].split("?")[0] or "file")  # its suffix: reader
         try:
-            storage.get_file(file, local)
+            storage.get_file(file, local, resume=lock is not None)
         except Exception as exc:  # noqa: BLE001  (the reads below report what is wrong with it)
             log.warning("ingest: could not copy %s here (%s: %s): reading it over the network", file,
                         type(exc).__name__, exc)
@@ -280,6 +297,47 @@ def fetched(file: str, size: int, cfg) -> Iterator[str]:
         yield local
     finally:
         shutil.rmtree(folder, ignore_errors=True)
+        if lock is not None:
+            os.close(lock)
+
+
+def _claim(folder: str) -> int | None:
+    """An exclusive lock on `folder` (created if need be), as an open descriptor; None when another process holds
+    it, or removed the folder between our opening and locking its lock file."""
+    path = os.path.join(folder, ".lock")
+    try:
+        os.makedirs(folder, exist_ok=True)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        if os.stat(path).st_ino == os.fstat(fd).st_ino:
+            return fd
+    except OSError:   # held by another process (BlockingIOError), or the lock file is gone
+        pass
+    os.close(fd)
+    return None
+
+
+def _remove_stale_copies(base: str) -> None:
+    """Remove the folders under `base` that no process holds and nothing touched for STALE_COPY_S."""
+    try:
+        entries = list(os.scandir(base))
+    except OSError:
+        return
+    for entry in entries:
+        try:
+            if time.time() - entry.stat().st_mtime < STALE_COPY_S:
+                continue
+        except OSError:
+            continue
+        lock = _claim(entry.path)
+        if lock is not None:
+            log.warning("ingest: removing %s, a copy left %.0f days ago by a run that never came back for it",
+                        entry.path, (time.time() - entry.stat().st_mtime) / 86400)
+            shutil.rmtree(entry.path, ignore_errors=True)
+            os.close(lock)
 
 
 # -- the job -------------------------------------------------------------------------------------------------

@@ -224,15 +224,24 @@ def put_file(local: str | os.PathLike, path: str) -> None:
         raise OSError(f"upload of {local} to {path} left {actual} bytes, expected {expected}")
 
 
-def get_file(path: str, local: str | os.PathLike) -> None:
+def get_file(path: str, local: str | os.PathLike, resume: bool = False) -> None:
     """Copy `path` (local or URI) to a local file, all-or-nothing.  A transient failure (see `transient`) is retried
     with backoff (`storage.download`); a copy cut midway goes on from the bytes it has, where the source serves byte
-    ranges (S3, GCS, most web servers), else starts again."""
+    ranges (S3, GCS, most web servers), else starts again.
+
+    With `resume`, a copy that an earlier process left behind (killed midway, or killed after the copy was whole) is
+    taken up: its partial bytes go on from where they stopped, a whole copy is kept, as long as the source is still
+    the one they came from (its size and whatever version marks the store gives: ETag, modification time, GCS
+    generation; written beside the copy when it starts).  A failed copy then keeps its bytes for the next try."""
     target = Path(local)
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = target.with_name(f".{target.name}.part")
-    tmp.unlink(missing_ok=True)
     fs, p = filesystem(path)
+    if resume:
+        if _taken_up(path, fs, p, target, tmp):
+            return
+    else:
+        tmp.unlink(missing_ok=True)
 
     def copy() -> None:
         have = tmp.stat().st_size if tmp.exists() else 0
@@ -248,9 +257,41 @@ def get_file(path: str, local: str | os.PathLike) -> None:
     try:
         retrying(f"copy of {path}", copy)
     except BaseException:
-        tmp.unlink(missing_ok=True)
+        if not resume:
+            tmp.unlink(missing_ok=True)
         raise
     os.replace(tmp, target)
+
+
+# what an object's info says of its version, by store: fsspec's HTTP (headers), s3fs, gcsfs, local files
+_VERSION_KEYS = ("size", "ETag", "etag", "Last-Modified", "LastModified", "generation", "md5Hash", "mtime")
+
+
+def _source_stamp(path: str, fs, p: str) -> str:
+    info = retrying(f"lookup of {path}", lambda: fs.info(p))
+    return json.dumps({"source": path} | {k: str(info[k]) for k in _VERSION_KEYS if info.get(k) is not None},
+                      sort_keys=True)
+
+
+def _taken_up(path: str, fs, p: str, target: Path, tmp: Path) -> bool:
+    """Whether an earlier process's whole copy of `path` at `target` is kept as it is; else leaves at `tmp` only
+    bytes that came from this version of the source (an earlier process's partial copy, or none)."""
+    stamp_file = target.with_name(f".{target.name}.source")
+    stamp = _source_stamp(path, fs, p)
+    same = stamp_file.exists() and stamp_file.read_text() == stamp
+    if same and target.exists() and str(target.stat().st_size) == json.loads(stamp).get("size"):
+        log.warning("storage: keeping the whole copy of %s an earlier run left in %s (%d bytes)", path, target,
+                    target.stat().st_size)
+        return True
+    if same and tmp.exists():
+        log.warning("storage: taking up the copy of %s an earlier run left at byte %d", path, tmp.stat().st_size)
+        return False
+    if tmp.exists() or target.exists():
+        log.warning("storage: %s changed since an earlier run copied part of it; copying it from the start", path)
+    tmp.unlink(missing_ok=True)
+    target.unlink(missing_ok=True)
+    stamp_file.write_text(stamp)
+    return False
 
 
 def _resume(fs, p: str, tmp: Path, have: int, chunk: int = 8 << 20) -> None:

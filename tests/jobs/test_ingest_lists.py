@@ -6,7 +6,11 @@ and a copy cut midway are retried and resumed."""
 from __future__ import annotations
 
 import gzip
+import os
+import subprocess
 import sys
+import time
+from pathlib import Path
 
 import pytest
 from deltalake import DeltaTable
@@ -56,10 +60,11 @@ def test_a_gzipped_list_of_files_on_a_web_server_is_ingested_and_recorded(spark,
     pages = DeltaTable(str(lake / "bronze" / "pages")).to_pyarrow_table().to_pylist()
     assert sorted(p["warc_record_id"] for p in pages) == sorted(crawl.good_ids + crawl.cut_ids_kept)
     assert {p["warc_file"] for p in pages} == {good, cut}
-    # each file was downloaded once (the executor reads its copy four times), its size asked once by the driver
+    # each file was downloaded once (the executor reads its copy four times), looked up twice: its size by the driver,
+    # its version by the executor (which a copy left by a killed run must match to be taken up)
     requests = web.log_path.read_text()
     assert requests.count(f'"GET /{crawl.good_file.name} ') == 1
-    assert requests.count(f'"HEAD /{crawl.good_file.name} ') == 1
+    assert requests.count(f'"HEAD /{crawl.good_file.name} ') == 2
     # the next run reads again only what did not finish ok: the cut file and the missing one
     again = IngestJob().run(args)
     assert again.extra["files_to_read"] == 2 and again.extra["files_already_ingested"] == 1
@@ -79,11 +84,76 @@ def test_a_remote_file_is_copied_into_sparks_scratch_folder_and_removed_after(cr
         assert local.startswith(str(scratch)) and local.endswith(crawl.good_file.name)   # its suffix picks the reader
         with open(local, "rb") as copy:
             assert copy.read() == crawl.good_file.read_bytes()
-    assert list(scratch.iterdir()) == []
+    assert [p.name for p in scratch.iterdir()] == ["weblm-ingest"] and list((scratch / "weblm-ingest").iterdir()) == []
     with fetched(url, 10 ** 18, cfg) as local:   # no room for a copy: read where it is
         assert local == url
     with fetched(str(crawl.good_file), 1, cfg) as local:   # a local file is read in place
         assert local == str(crawl.good_file)
+
+
+def test_a_copy_killed_midway_is_taken_up_by_the_next_run_on_the_machine(tmp_path, monkeypatch):
+    """An executor killed (SIGKILL) while copying a 1 GB file leaves part of it in Spark's scratch folder: the next
+    run that reads the file there goes on from those bytes, and removes the folder once read."""
+    import hashlib
+
+    from jobs.config import load_jobs_config
+    from jobs.ingest import fetched
+
+    site = tmp_path / "site"
+    site.mkdir()
+    data = b"".join(hashlib.sha256(str(i).encode()).digest() for i in range(62_500))   # 2 MB
+    (site / "CC-MAIN-0001.warc.gz").write_bytes(data)
+    server = HttpServer("flaky-web", lambda port: [sys.executable, "tests/support/flaky_web.py", str(port), str(site),
+                                                   "--stall", "1"], "/", tmp_path)
+    scratch = tmp_path / "spark-local"
+    scratch.mkdir()
+    url = f"{server.endpoint}/CC-MAIN-0001.warc.gz"
+    monkeypatch.setenv("SPARK_LOCAL_DIRS", str(scratch))
+    try:
+        first = subprocess.Popen(
+            [sys.executable, "-c", "import sys; from jobs.config import load_jobs_config; from jobs.ingest import "
+             "fetched\nwith fetched(sys.argv[1], int(sys.argv[2]), load_jobs_config().ingest): pass", url,
+             str(len(data))], env=dict(os.environ, PYTHONPATH=os.getcwd()))
+        deadline = time.monotonic() + 60
+        while not [p for p in scratch.glob("weblm-ingest/*/.*.part") if p.stat().st_size >= len(data) // 4]:
+            assert first.poll() is None and time.monotonic() < deadline, "the first copy never got a quarter"
+            time.sleep(0.05)
+        first.kill()   # SIGKILL: no clean-up runs
+        first.wait()
+        [part] = scratch.glob("weblm-ingest/*/.*.part")
+        have = part.stat().st_size
+        with fetched(url, len(data), load_jobs_config().ingest) as local:
+            assert Path(local).read_bytes() == data
+        gets = [line.split(" ", 2)[2] for line in server.log_path.read_text().splitlines() if line.startswith("GET")]
+        assert gets == [f"- -> 200 stalled after {len(data) // 2} of {len(data)} bytes",
+                        f"bytes={have}-{len(data) - 1} -> 206 {len(data) - have} bytes"]
+        assert list((scratch / "weblm-ingest").iterdir()) == []
+    finally:
+        server.stop()
+
+
+def test_a_file_another_task_is_copying_here_is_copied_apart_and_stale_copies_are_removed(crawl, web, tmp_path,
+                                                                                         monkeypatch):
+    from jobs import ingest
+    from jobs.config import load_jobs_config
+
+    scratch = tmp_path / "spark-local"
+    monkeypatch.setenv("SPARK_LOCAL_DIRS", str(scratch))
+    url = f"{web.endpoint}/{crawl.good_file.name}"
+    stale = scratch / "weblm-ingest" / "0123abcd"
+    stale.mkdir(parents=True)
+    (stale / ".x.warc.gz.part").write_bytes(b"half")
+    os.utime(stale, (time.time() - ingest.STALE_COPY_S - 60,) * 2)
+    with ingest.fetched(url, crawl.good_file.stat().st_size, load_jobs_config().ingest) as mine:
+        assert not stale.exists()   # nobody held it, and nothing touched it for three days
+        held = Path(mine).parent
+        assert held.parent == scratch / "weblm-ingest"
+        # a speculative copy of the same task, at the same time: its own folder, not this one's lock or bytes
+        with ingest.fetched(url, crawl.good_file.stat().st_size, load_jobs_config().ingest) as theirs:
+            assert Path(theirs).parent.parent == scratch and Path(theirs).parent.name.startswith("weblm-ingest-")
+            assert Path(theirs).read_bytes() == Path(mine).read_bytes() == crawl.good_file.read_bytes()
+        assert Path(mine).exists()
+    assert sorted(p.name for p in scratch.iterdir()) == ["weblm-ingest"] and not held.exists()
 
 
 def test_a_listed_file_on_a_busy_server_that_cuts_its_answer_is_ingested_whole(spark, crawl, tmp_path):

@@ -7,8 +7,10 @@ from __future__ import annotations
 import errno
 import hashlib
 import logging
+import os
 import sys
 import threading
+import time
 
 import aiohttp
 import pytest
@@ -88,6 +90,49 @@ def test_a_missing_file_fails_at_once_and_a_server_busy_past_every_retry_fails_c
         seen = requests(server)
         assert sum(" /gone.warc.gz " in line for line in seen) == 1                  # a 404 is not asked again
         assert sum(line.startswith("GET /CC-MAIN-0001.warc.gz") for line in seen) == 4   # download.retries
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def one_try(tmp_path, monkeypatch):
+    """No retries: a cut copy fails, as one killed midway stops."""
+    once = {"storage": {"download": {"retries": 1, "backoff_initial_s": 0.05, "backoff_max_s": 0.1}}}
+    monkeypatch.setenv("WEBLM_CONF_OVERLAY", str(write_overlay(tmp_path / "once.yaml", once)))
+    storage.reset()
+    yield
+    storage.reset()
+
+
+@pytest.mark.parametrize("changed", [False, True], ids=["same-source", "source-changed"])
+def test_a_copy_an_earlier_run_left_is_taken_up_while_its_source_is_unchanged(payload, tmp_path, one_try, caplog,
+                                                                               changed):
+    folder, data = payload
+    server = serve(folder, tmp_path, "--cut", "1")
+    url = f"{server.endpoint}/CC-MAIN-0001.warc.gz"
+    target = tmp_path / "copy" / "CC-MAIN-0001.warc.gz"
+    try:
+        with pytest.raises(aiohttp.ClientPayloadError):
+            storage.get_file(url, target, resume=True)
+        assert (target.parent / ".CC-MAIN-0001.warc.gz.part").stat().st_size == len(data) // 2   # kept for the next
+        if changed:   # the same size, other bytes, a later modification time: another ETag and Last-Modified
+            data = hashlib.sha256(b"other").digest() * 40_000
+            (folder / "CC-MAIN-0001.warc.gz").write_bytes(data)
+            os.utime(folder / "CC-MAIN-0001.warc.gz", (time.time() + 10, time.time() + 10))
+        with caplog.at_level(logging.WARNING, logger="weblm.storage"):
+            storage.get_file(url, target, resume=True)
+            storage.get_file(url, target, resume=True)   # the whole copy is kept: no download
+        assert target.read_bytes() == data
+        gets = [line.split(" -> ")[0].split(" ", 2)[2] + " -> " + line.split(" -> ")[1]
+                for line in requests(server) if line.startswith("GET")]
+        half = len(data) // 2
+        second = f"- -> 200 {len(data)} bytes" if changed else f"bytes={half}-{len(data) - 1} -> 206 {half} bytes"
+        assert gets == [f"- -> 200 cut after {half} of {len(data)} bytes", second]
+        said = " | ".join(r.getMessage() for r in caplog.records)
+        assert ("changed since an earlier run" in said) is changed
+        assert (f"taking up the copy of {url} an earlier run left at byte {half}" in said) is not changed
+        assert f"keeping the whole copy of {url}" in said
+        assert not (target.parent / ".CC-MAIN-0001.warc.gz.part").exists()
     finally:
         server.stop()
 

@@ -1,13 +1,16 @@
 """A static file server over real HTTP that misbehaves as busy public servers do (data.commoncrawl.org under load):
 
-    python tests/support/flaky_web.py PORT DIR [--busy N] [--head-busy N] [--cut N] [--no-ranges]
+    python tests/support/flaky_web.py PORT DIR [--busy N] [--head-busy N] [--cut N] [--stall N] [--no-ranges]
 
 `--busy N`: the first N GET requests for each path are answered `503 Slow Down` with `Retry-After: 1`.
 `--head-busy N`: the first N HEAD requests for each path are answered 503 too.
 `--cut N`: the next N GETs of a path send the headers (full Content-Length) and half the body, then close the
-connection.  `GET /` answers `ready` (a readiness probe).  Every other request is served from DIR, with byte ranges
-(`Range: bytes=a-`, `bytes=a-b`) unless `--no-ranges`.  One line per request goes to stderr before
-its answer is sent (so a client that has its answer finds it logged): `METHOD path range -> outcome`.
+connection.  `--stall N`: the N GETs after those send half the body and then nothing, holding the connection open
+for a minute (a client killed meanwhile has half a copy).  Files carry an `ETag` and `Last-Modified` from their size
+and modification time, as static servers send them.  `GET /` answers `ready` (a readiness probe).  Every other
+request is served from DIR, with byte ranges (`Range: bytes=a-`, `bytes=a-b`) unless `--no-ranges`.  One line per
+request goes to stderr before its answer is sent (so a client that has its answer finds it logged):
+`METHOD path range -> outcome`.
 """
 from __future__ import annotations
 
@@ -16,7 +19,9 @@ import os
 import re
 import sys
 import threading
+import time
 from collections import Counter
+from email.utils import formatdate
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 
@@ -26,6 +31,7 @@ def main() -> None:
     parser.add_argument("folder")
     parser.add_argument("--busy", type=int, default=0)
     parser.add_argument("--cut", type=int, default=0)
+    parser.add_argument("--stall", type=int, default=0)
     parser.add_argument("--no-ranges", action="store_true")
     parser.add_argument("--head-busy", type=int, default=0)
     args = parser.parse_args()
@@ -65,6 +71,11 @@ def main() -> None:
             self.end_headers()
             self.wfile.write(body)
 
+        def _version(self) -> None:
+            stat = os.stat(self._file())
+            self.send_header("ETag", f'"{stat.st_mtime_ns:x}-{stat.st_size:x}"')
+            self.send_header("Last-Modified", formatdate(stat.st_mtime, usegmt=True))
+
         def do_HEAD(self):
             n = self._asked(heads)
             if n is None:
@@ -75,6 +86,7 @@ def main() -> None:
             self._note("200")
             self.send_response(200)
             self.send_header("Content-Length", str(os.path.getsize(path)))
+            self._version()
             if not args.no_ranges:
                 self.send_header("Accept-Ranges", "bytes")
             self.end_headers()
@@ -99,15 +111,24 @@ def main() -> None:
                 end = min(int(wanted.group(2)), end) if wanted.group(2) else end
             body = data[start:end + 1]
             cut = n <= args.busy + args.cut
+            stall = not cut and n <= args.busy + args.cut + args.stall
             self._note(f"{status} cut after {len(body) // 2} of {len(body)} bytes" if cut
+                       else f"{status} stalled after {len(body) // 2} of {len(body)} bytes" if stall
                        else f"{status} {len(body)} bytes")
             self.send_response(status)
             self.send_header("Content-Length", str(len(body)))
+            self._version()
             if status == 206:
                 self.send_header("Content-Range", f"bytes {start}-{end}/{len(data)}")
             if not args.no_ranges:
                 self.send_header("Accept-Ranges", "bytes")
             self.end_headers()
+            if stall:
+                self.wfile.write(body[:len(body) // 2])
+                self.wfile.flush()
+                time.sleep(60)
+                self.close_connection = True
+                return
             if cut:
                 self.wfile.write(body[:len(body) // 2])
                 self.wfile.flush()
