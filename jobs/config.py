@@ -23,6 +23,7 @@ class IngestSettings:
     warc_list_base: str
     stat_threads: int
     fetch_remote: bool
+    copy_dir: str
     files_per_task: int
     record_types: list[str]
     max_payload_bytes: int

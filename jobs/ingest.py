@@ -263,7 +263,7 @@ def fetched(file: str, size: int, cfg) -> Iterator[str]:
     a file takes four passes: the rendered DOMs, the record count, the records, the tail check; one download
     instead of four reads over the network), removed afterwards; else the file itself.  The copy retries transient
     failures and goes on from where a cut one stopped (`storage.get_file`, `storage.download`).  Its folder is the
-    file's own (`weblm-ingest/<hash>` in Spark's scratch space), held with a lock while in use: so when an executor
+    file's own (`weblm-ingest/<hash>` under `ingest.copy_dir`), held with a lock while in use: so when an executor
     is killed midway, the next run that reads the file on this machine goes on from the bytes already copied (while
     the source is unchanged) instead of downloading it again.  A task that finds the folder locked (the same file
     read twice at once: a speculative task) copies into a folder of its own.  Without room for the copy, or when
@@ -271,9 +271,7 @@ def fetched(file: str, size: int, cfg) -> Iterator[str]:
     if not cfg.fetch_remote or not storage.is_uri(file):
         yield file
         return
-    # Spark's scratch folders on this executor (on YARN, the node's data disks), as pyspark spills there too
-    scratch = [d for d in os.environ.get("SPARK_LOCAL_DIRS", "").split(",") if d and os.path.isdir(d)]
-    root = scratch[zlib.crc32(file.encode()) % len(scratch)] if scratch else tempfile.gettempdir()
+    root = copy_root(file, cfg.copy_dir)
     base = os.path.join(root, "weblm-ingest")
     _remove_stale_copies(base)
     folder = os.path.join(base, hashlib.sha256(file.encode()).hexdigest()[:32])
@@ -299,6 +297,18 @@ def fetched(file: str, size: int, cfg) -> Iterator[str]:
         shutil.rmtree(folder, ignore_errors=True)
         if lock is not None:
             os.close(lock)
+
+
+def copy_root(file: str, copy_dir: str) -> str:
+    """The folder on this worker under which `file` is copied (`ingest.copy_dir`)."""
+    if copy_dir == "spark":   # the executor's scratch folders (on YARN, the node's data disks), where pyspark spills
+        scratch = [d for d in os.environ.get("SPARK_LOCAL_DIRS", "").split(",") if d and os.path.isdir(d)]
+        if scratch:
+            return scratch[zlib.crc32(file.encode()) % len(scratch)]
+    elif copy_dir:
+        os.makedirs(copy_dir, exist_ok=True)
+        return copy_dir
+    return tempfile.gettempdir()
 
 
 def _claim(folder: str) -> int | None:

@@ -5,10 +5,12 @@ file that is not there fails alone, is counted and named, and is tried again by 
 and a copy cut midway are retried and resumed."""
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import os
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -71,11 +73,11 @@ def test_a_gzipped_list_of_files_on_a_web_server_is_ingested_and_recorded(spark,
     assert again.output_rows == 0
 
 
-def test_a_remote_file_is_copied_into_sparks_scratch_folder_and_removed_after(crawl, web, tmp_path, monkeypatch):
+def test_a_remote_file_is_copied_into_sparks_scratch_folder_if_asked_and_removed_after(crawl, web, tmp_path, monkeypatch):
     from jobs.config import load_jobs_config
     from jobs.ingest import fetched
 
-    cfg = load_jobs_config().ingest
+    cfg = dataclasses.replace(load_jobs_config().ingest, copy_dir="spark")
     scratch = tmp_path / "spark-local"
     scratch.mkdir()
     monkeypatch.setenv("SPARK_LOCAL_DIRS", str(scratch))   # what Spark gives its Python workers
@@ -105,15 +107,15 @@ def test_a_copy_killed_midway_is_taken_up_by_the_next_run_on_the_machine(tmp_pat
     (site / "CC-MAIN-0001.warc.gz").write_bytes(data)
     server = HttpServer("flaky-web", lambda port: [sys.executable, "tests/support/flaky_web.py", str(port), str(site),
                                                    "--stall", "1"], "/", tmp_path)
-    scratch = tmp_path / "spark-local"
+    scratch = tmp_path / "tmp"   # the worker's temp dir: ingest.copy_dir's default, kept across runs
     scratch.mkdir()
     url = f"{server.endpoint}/CC-MAIN-0001.warc.gz"
-    monkeypatch.setenv("SPARK_LOCAL_DIRS", str(scratch))
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
     try:
         first = subprocess.Popen(
             [sys.executable, "-c", "import sys; from jobs.config import load_jobs_config; from jobs.ingest import "
              "fetched\nwith fetched(sys.argv[1], int(sys.argv[2]), load_jobs_config().ingest): pass", url,
-             str(len(data))], env=dict(os.environ, PYTHONPATH=os.getcwd()))
+             str(len(data))], env=dict(os.environ, PYTHONPATH=os.getcwd(), TMPDIR=str(scratch)))
         deadline = time.monotonic() + 60
         while not [p for p in scratch.glob("weblm-ingest/*/.*.part") if p.stat().st_size >= len(data) // 4]:
             assert first.poll() is None and time.monotonic() < deadline, "the first copy never got a quarter"
@@ -137,8 +139,9 @@ def test_a_file_another_task_is_copying_here_is_copied_apart_and_stale_copies_ar
     from jobs import ingest
     from jobs.config import load_jobs_config
 
-    scratch = tmp_path / "spark-local"
-    monkeypatch.setenv("SPARK_LOCAL_DIRS", str(scratch))
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
     url = f"{web.endpoint}/{crawl.good_file.name}"
     stale = scratch / "weblm-ingest" / "0123abcd"
     stale.mkdir(parents=True)
