@@ -73,7 +73,8 @@ def test_a_gzipped_list_of_files_on_a_web_server_is_ingested_and_recorded(spark,
     assert again.output_rows == 0
 
 
-def test_a_remote_file_is_copied_into_sparks_scratch_folder_if_asked_and_removed_after(crawl, web, tmp_path, monkeypatch):
+def test_a_remote_file_is_copied_into_sparks_scratch_folder_if_asked_and_removed_after(crawl, web, tmp_path,
+                                                                                       monkeypatch):
     from jobs.config import load_jobs_config
     from jobs.ingest import fetched
 
