@@ -40,6 +40,12 @@ class FrontierConfig:
     recrawl_after_s: float
     hot_recrawl_after_s: float
     error_recrawl_after_s: float
+    conditional_recrawl: bool
+    adaptive_recrawl: bool
+    recrawl_min_s: float
+    recrawl_max_s: float
+    recrawl_inc_rate: float
+    recrawl_dec_rate: float
     seed_boost: int
     robots_ttl_s: float
     robots_error_ttl_s: float
@@ -64,6 +70,10 @@ class FrontierConfig:
         if not 0 < self.renew_every_s < self.lease_s:
             raise ValueError(f"frontier.renew_every_s ({self.renew_every_s}) must be above 0 and below "
                              f"frontier.lease_s ({self.lease_s}), or live workers would lose their leases")
+        if not (0 < self.recrawl_min_s <= self.recrawl_max_s) or not (0 <= self.recrawl_inc_rate and
+                                                                     0 <= self.recrawl_dec_rate < 1):
+            raise ValueError(f"frontier.recrawl_min_s ({self.recrawl_min_s}) must be above 0 and at most recrawl_max_s "
+                             f"({self.recrawl_max_s}); recrawl_inc_rate >= 0, 0 <= recrawl_dec_rate < 1")
         if self.delay_jitter < 0:
             raise ValueError("frontier.delay_jitter must be >= 0: jitter only lengthens a gap")
         if len(self.trap_years) != 2:

@@ -132,6 +132,9 @@ class WebSpider(scrapy.Spider):
         if hasattr(failure, "request") and getattr(failure.value, "response", None) is None:
             # no answer was recorded: the frontier closes the URL now (an answer is closed once its WARC is durable)
             self.crawler.signals.send_catch_log(signal=fetch_failed, request=failure.request)
+        if kind == "http_304":   # a recrawl's page has not changed (spider/frontier/recrawl.py): no error, no links
+            logger.debug("%s has not changed since it was last fetched (304, recorded in WARC)", url)
+            return
         if kind == "robots_denied":
             self.crawler.stats.inc_value("weblm/robots_denied")
             logger.debug("robots.txt disallows %s", url)

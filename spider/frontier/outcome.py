@@ -13,7 +13,8 @@ import time
 from spider.middlewares.retry import RETRY_AFTER_STATUSES, retry_after_seconds
 
 fetch_finished = object()
-"""Sent with request=, failed= (a 5xx, 429 or network error), blocked_until= (UNIX time; 0 = none)."""
+"""Sent with request=, failed= (a 5xx, 429 or network error), blocked_until= (UNIX time; 0 = none), response= (the
+answer as it came, before any middleware decodes it; None after a network error)."""
 
 fetch_failed = object()
 """Sent with request= when a URL failed for good and nothing was written to WARC (no answer)."""
@@ -37,7 +38,7 @@ class FetchOutcomeMiddleware:
                 blocked_until = time.time() + min(wait, LONGEST_BLOCK_S)
         failed = response.status >= 500 or response.status == 429
         self.crawler.signals.send_catch_log(signal=fetch_finished, request=request, failed=failed,
-                                            blocked_until=blocked_until)
+                                            blocked_until=blocked_until, response=response)
         return response
 
     def process_exception(self, request, exception, spider=None):

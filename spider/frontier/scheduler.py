@@ -42,6 +42,7 @@ from spider.frontier.backend import FrontierBackend, HostState, Leased, NewUrl, 
 from spider.frontier import open_backend
 from spider.frontier.bloom import url_hashes
 from spider.frontier.canonical import Canonicalizer
+from spider.frontier import recrawl
 from spider.frontier.politeness import after_fetch, politeness_key, with_crawl_delay
 from spider.frontier.outcome import fetch_failed, fetch_finished
 from spider.signals import DurableWarc, fetch_recorded, warc_file_durable, warc_flush_requested
@@ -51,7 +52,7 @@ logger = logging.getLogger(__name__)
 ROBOTS_META = "weblm_robots_for"
 LEASE_META = "weblm_lease"
 # Meta keys that travel with a URL through the frontier (JSON); the rest is per attempt.
-CARRIED_META = ("depth", "weblm_seed", "weblm_parent", "weblm_sitemap", "retry_times")
+CARRIED_META = ("depth", "weblm_seed", "weblm_parent", "weblm_sitemap", "retry_times", recrawl.META_KEY)
 KNOWN_URLS = 200_000  # at most this many URLs in the local shortcut (~20 MB), then it starts over
 COUNTS_EVERY_S = 0.5  # cluster gauges (and the end-of-crawl test) at most this often while URLs flow
 JOIN_WAIT_S = 60.0    # how long a worker started without seeds waits for work to appear in the frontier
@@ -66,6 +67,7 @@ class InHand:
     hot: bool   # a seed or a sitemap: fetched again after frontier.hot_recrawl_after_s, where new pages show first
     sent: bool = False
     record_id: str | None = None  # the WARC record of the fetch that finished it; its file's durability acks it
+    observed: bool = False  # an answer changed its recrawl state (recrawl.py): its payload is rewritten at its ack
     expires: float = 0.0  # when this worker's lease ends as far as it knows: the lease's expiry, then each renewal's
 
     def __post_init__(self):
@@ -255,8 +257,12 @@ class FrontierScheduler(BaseScheduler):
         item.sent = True
         self._sent.add(item.lease.id)
         meta = {**item.meta, LEASE_META: item.lease.id, "download_slot": item.lease.host}
+        headers = recrawl.conditional_headers(item.meta.get(recrawl.META_KEY)) if (
+            self.cfg.frontier.conditional_recrawl) else {}
+        if headers:
+            self.stats.inc_value("weblm/recrawl/conditional")
         return Request(item.url, callback=self.spider.parse, errback=self.spider.on_error, meta=meta,
-                       dont_filter=True)
+                       headers=headers, dont_filter=True)
 
     def _robots_request(self, key: str, url: str) -> Request:
         parts = urlsplit(url)
@@ -357,11 +363,13 @@ class FrontierScheduler(BaseScheduler):
         _reactor().callLater(max(0.0, not_before - time.time()), self._wake_engine)
 
     # --- fetch outcomes (FetchOutcomeMiddleware, the spider's errback, the WARC writer) ---------------
-    def _on_fetch_finished(self, request: Request, failed: bool, blocked_until: float = 0.0) -> None:
+    def _on_fetch_finished(self, request: Request, failed: bool, blocked_until: float = 0.0, response=None) -> None:
         lease_id = request.meta.get(LEASE_META)
         item = self._in_hand.get(lease_id) if lease_id else None
         if item is None:
             return
+        if response is not None:
+            self._observe(item, response)
         now = time.time()
         next_at, state = after_fetch(self.cfg, item.lease.host_state, now, failed, blocked_until)
         item.lease = replace(item.lease, host_state=state)
@@ -373,6 +381,27 @@ class FrontierScheduler(BaseScheduler):
         self._kick()
         # once the host is due, at a random point of the refill period: no head start over the other workers
         _reactor().callLater(max(0.0, next_at - now) + random.uniform(0, self.cfg.frontier.refill_every_s), self._kick)
+
+    def _observe(self, item: InHand, response) -> None:
+        """What this answer says of the page's content: its validators and interval for the next fetch (recrawl.py),
+        written into its payload when its record is durable."""
+        f = self.cfg.frontier
+        if not (f.conditional_recrawl or f.adaptive_recrawl):
+            return
+        headers = {name: response.headers[name].decode("latin-1") for name in ("ETag", "Last-Modified")
+                   if response.headers.get(name)}
+        state = recrawl.observe(item.meta.get(recrawl.META_KEY), response.status,
+                                {k.lower(): v for k, v in headers.items()}, response.body, self._first_interval(item),
+                                f)
+        if state is None:
+            return
+        if response.status == 304:
+            self.stats.inc_value("weblm/recrawl/not_modified")
+        elif recrawl.META_KEY in item.meta:
+            self.stats.inc_value(f"weblm/recrawl/{'changed' if state['changed'] else 'unchanged'}")
+        state.pop("changed")
+        item.meta[recrawl.META_KEY] = state
+        item.observed = True
 
     def _on_fetch_failed(self, request: Request) -> None:
         """Failed for good with nothing recorded (network error after retries): done until the error recrawl."""
@@ -406,6 +435,7 @@ class FrontierScheduler(BaseScheduler):
         the process that fetched them is gone."""
         now = time.time()
         by_refetch: dict[float | None, list[str]] = defaultdict(list)
+        payloads: dict[str, str] = {}
         for url, record_id in zip(warc.urls, warc.record_ids):
             id_ = self.canon.id(url)
             if not warc.recovered:
@@ -413,14 +443,26 @@ class FrontierScheduler(BaseScheduler):
                 if held is None or held.record_id != record_id:
                     continue
             item = self._forget(id_)
+            if item is not None and item.observed:   # its validators and interval travel with it to its recrawl
+                payloads[id_] = json.dumps({"url": item.url, "meta": {k: item.meta[k] for k in CARRIED_META
+                                                                      if k in item.meta}})
             by_refetch[self._refetch_at(item, now)].append(id_)
+        if payloads:   # held by this worker until the ack below: a payload-only requeue of none
+            self._op("requeue", [], now, payloads)
         for refetch, ids in by_refetch.items():
             self._op("ack", ids, refetch, now, warc.recovered)
 
-    def _refetch_at(self, item: InHand | None, now: float) -> float | None:
+    def _first_interval(self, item: InHand | None) -> float:
         f = self.cfg.frontier
-        after = f.hot_recrawl_after_s if item is not None and item.hot else f.recrawl_after_s
-        return now + after if after > 0 else None
+        return f.hot_recrawl_after_s if item is not None and item.hot else f.recrawl_after_s
+
+    def _refetch_at(self, item: InHand | None, now: float) -> float | None:
+        first = self._first_interval(item)
+        if first <= 0:
+            return None
+        if item is None or not self.cfg.frontier.adaptive_recrawl:
+            return now + first
+        return now + recrawl.interval_of(item.meta.get(recrawl.META_KEY), first)
 
     def _forget(self, id_: str) -> InHand | None:
         self._held.discard(id_)

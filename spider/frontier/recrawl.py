@@ -1,0 +1,69 @@
+"""When a fetched page comes back, and how it is asked for again.
+
+A recrawl is a conditional request: the validators of the page's last 200 answer (its `ETag` and `Last-Modified`)
+go out as `If-None-Match` and `If-Modified-Since` (RFC 9110 §13.1), so a page that has not changed costs its server
+a `304 Not Modified` head instead of its body.  The 304 is archived as it came off the wire, like every answer.
+
+With `frontier.adaptive_recrawl` each page keeps its own interval, as Nutch's AdaptiveFetchSchedule does: it
+starts at `recrawl_after_s` (or `hot_recrawl_after_s` for seeds and sitemaps), grows by `recrawl_inc_rate` each time
+the page comes back unchanged (a 304, or the same body) and shrinks by `recrawl_dec_rate` each time it changed,
+within [`recrawl_min_s`, `recrawl_max_s`].  So pages that never change are asked for less and less often, and a
+news front page settles near the minimum.
+
+What a page's recrawl needs travels in its frontier payload (`weblm_recrawl` in the request meta): the validators,
+a digest of the last body and the interval; nothing in the backends' schema.  The decision per answer is a pure
+function here; the scheduler (spider/frontier/scheduler.py) applies it.
+"""
+from __future__ import annotations
+
+import hashlib
+from typing import Any, Mapping
+
+META_KEY = "weblm_recrawl"
+
+
+def conditional_headers(state: Mapping[str, Any] | None) -> dict[str, str]:
+    """The headers that make a recrawl conditional on the page having changed since its last 200."""
+    if not state:
+        return {}
+    headers = {}
+    if state.get("etag"):
+        headers["If-None-Match"] = state["etag"]
+    if state.get("last_modified"):
+        headers["If-Modified-Since"] = state["last_modified"]
+    return headers
+
+
+def body_digest(body: bytes) -> str:
+    """A short digest of an answer's body, to tell an unchanged page from servers that send no validators."""
+    return hashlib.blake2b(body, digest_size=12).hexdigest()
+
+
+def observe(state: Mapping[str, Any] | None, status: int, headers: Mapping[str, str], body: bytes,
+            start_s: float, f) -> dict[str, Any] | None:
+    """The page's recrawl state after this answer, or None when the answer says nothing about the page's content (a
+    redirect, an error: the state stays as it was).  `start_s` is the page's first interval; `f` the frontier
+    settings (adaptive_recrawl, recrawl_min_s, recrawl_max_s, recrawl_inc_rate, recrawl_dec_rate)."""
+    if status == 304:
+        if not state:
+            return None
+        changed, new = False, dict(state)
+    elif 200 <= status < 300:
+        digest = body_digest(body)
+        changed = bool(state) and state.get("digest") != digest
+        new = {"etag": headers.get("etag") or None, "last_modified": headers.get("last-modified") or None,
+               "digest": digest}
+    else:
+        return None
+    interval = float(state.get("interval", start_s)) if state else start_s
+    if state and f.adaptive_recrawl:
+        interval *= (1 - f.recrawl_dec_rate) if changed else (1 + f.recrawl_inc_rate)
+        interval = min(max(interval, f.recrawl_min_s), f.recrawl_max_s)
+    new["interval"] = round(interval, 3)
+    new["changed"] = changed
+    return new
+
+
+def interval_of(state: Mapping[str, Any] | None, start_s: float) -> float:
+    """The wait before the page's next fetch: its own interval once it has one, else `start_s`."""
+    return float(state["interval"]) if state and state.get("interval") else start_s
