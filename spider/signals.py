@@ -16,8 +16,8 @@ file is fsynced and renamed (and the rename fsynced); for object storage once th
 its size checked there.  Never before, so a handler may forget everything the file holds."""
 
 fetch_recorded = object()
-"""Sent with `request=` and `record_id=` on the reactor thread when a fetch has been handed to the WARC writer:
-`record_id` is the WARC-Record-ID its response (or revisit) record will carry.  A frontier acknowledges a URL
+"""Sent with `request=`, `record_id=` and `date=` on the reactor thread when a fetch has been handed to the WARC
+writer: `record_id` is the WARC-Record-ID its response (or revisit) record will carry, `date` their WARC-Date.  A frontier acknowledges a URL
 through that record only, not through any record of the same URL (an earlier refusal of a retried fetch, in an
 earlier file, must not end it before the answer that finished it is durable)."""
 

@@ -3,7 +3,8 @@
 warcio builds the records and computes WARC-Block-Digest and WARC-Payload-Digest (sha1, base32).
 This module adds what warcio leaves to its caller: file naming, the `.open` -> final rename
 that lets readers see only complete files, the warcinfo record at the head of every file,
-rotation by size and by age, metadata records, and revisit records for payloads already stored.
+rotation by size and by age, metadata records, and revisit records: for payloads already stored, and for a
+`304 Not Modified` answer to a conditional recrawl.
 It knows nothing of Scrapy or threads, so it can be tested and reused alone; spider/warc_thread.py
 runs it on the crawl's one writer thread.
 
@@ -46,6 +47,8 @@ logger = logging.getLogger(__name__)
 OPEN_SUFFIX = ".open"
 WARC_VERSION = "WARC/1.1"
 WARC_SPEC = "https://iipc.github.io/warc-specifications/specifications/warc-format/warc-1.1/"
+# WARC 1.1 §6.7.3; warcio's create_revisit_record writes only the identical-payload-digest profile
+NOT_MODIFIED_PROFILE = "http://netpreserve.org/warc/1.1/revisit/server-not-modified"
 # Twisted has already removed the chunked framing from the body it hands over; a block that
 # still said "Transfer-Encoding: chunked" would make readers de-chunk a plain body.  The header
 # is kept under this name, as StormCrawler does (WARCRecordFormat.java).
@@ -138,6 +141,8 @@ class Fetch:
     metadata: dict[str, str] | None = None        # fields of its metadata record; None: no metadata record
     rendered: RenderedDom | None = None           # the DOM a browser rendered from it: a conversion record
     record_id: str | None = None                  # its response record's WARC-Record-ID; None: made at write
+    conditional: bool = False                     # sent with If-None-Match / If-Modified-Since (a recrawl)
+    not_modified_of: DigestSeen | None = None     # the capture whose validators it sent, when known
 
     @property
     def status(self) -> int | None:
@@ -145,6 +150,11 @@ class Fetch:
             return int(self.response.get_statuscode())
         except (TypeError, ValueError):
             return None
+
+    @property
+    def not_modified(self) -> bool:
+        """The server's `304 Not Modified` to our conditional request: the page is the one captured before."""
+        return self.conditional and self.status == 304
 
     def revisitable(self) -> bool:
         """Only a whole, non-empty 2xx payload may stand for another (Heritrix dedups 200s only): redirects
@@ -205,7 +215,7 @@ class WarcCounters:
     files: int = 0
     records: int = 0
     responses: int = 0  # response records
-    revisits: int = 0   # revisit records (fetches whose payload was already stored)
+    revisits: int = 0   # revisit records (a payload already stored, or a 304 to a conditional recrawl)
     conversions: int = 0  # conversion records (rendered DOMs, spider/render)
     bytes: int = 0      # compressed bytes of every file written, the open one included
     digest_index_errors: int = 0  # lookups that failed: those fetches were stored in full
@@ -277,7 +287,12 @@ class RotatingWarcWriter:
         the fetch's Capture when the caller looked it up already (`captures()`, for a batch of fetches)."""
         capture = capture or self.captures([fetch], digests)[0]
         record_id, digest, first = capture.record_id, capture.digest, capture.first
-        main = self._revisit(fetch, digest, record_id, first) if first else self._response(fetch, digest, record_id)
+        if fetch.not_modified:
+            main = self._not_modified(fetch, record_id)
+        elif first:
+            main = self._revisit(fetch, digest, record_id, first)
+        else:
+            main = self._response(fetch, digest, record_id)
         records = [main]
         if fetch.metadata is not None:
             records.append(self._metadata(fetch, record_id))
@@ -290,7 +305,7 @@ class RotatingWarcWriter:
         self._append(_serialize(records))
         self._fetches.append((fetch.url, record_id))
         self.counters.records += len(records)
-        if first:
+        if first or fetch.not_modified:
             self.counters.revisits += 1
         else:
             self.counters.responses += 1
@@ -351,6 +366,23 @@ class RotatingWarcWriter:
             headers["WARC-Refers-To"] = first.record_id
         return self._builder.create_revisit_record(fetch.url, digest, first.url, first.date,
                                                    http_headers=fetch.response, warc_headers_dict=headers)
+
+    def _not_modified(self, fetch: Fetch, record_id: str):
+        """A 304 to a conditional recrawl as Heritrix writes it: a revisit of the server-not-modified profile, the
+        304's head as received, referring to the capture whose validators were sent when the frontier kept it
+        (WARC-Refers-To, -Date); no WARC-Payload-Digest, which the profile forbids."""
+        headers = {"WARC-Record-ID": record_id, "WARC-Date": fetch.date, "WARC-Profile": NOT_MODIFIED_PROFILE,
+                   "WARC-Refers-To-Target-URI": fetch.url}
+        if fetch.ip_address:
+            headers["WARC-IP-Address"] = fetch.ip_address
+        before = fetch.not_modified_of
+        if before is not None:
+            headers["WARC-Refers-To-Target-URI"] = before.url
+            headers["WARC-Refers-To-Date"] = before.date
+            if before.record_id:
+                headers["WARC-Refers-To"] = before.record_id
+        return self._builder.create_warc_record(fetch.url, "revisit", http_headers=fetch.response,
+                                                warc_headers_dict=headers)
 
     def _metadata(self, fetch: Fetch, record_id: str):
         assert fetch.metadata is not None

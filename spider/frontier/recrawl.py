@@ -2,7 +2,9 @@
 
 A recrawl is a conditional request: the validators of the page's last 200 answer (its `ETag` and `Last-Modified`)
 go out as `If-None-Match` and `If-Modified-Since` (RFC 9110 §13.1), so a page that has not changed costs its server
-a `304 Not Modified` head instead of its body.  The 304 is archived as it came off the wire, like every answer.
+a `304 Not Modified` head instead of its body.  The 304 is archived as it came off the wire, as a revisit record of
+WARC's server-not-modified profile that names the capture those validators came from (its URL, date and record id,
+kept in the state as `capture` once the 200's record is named: spider/frontier/scheduler.py).
 
 With `frontier.adaptive_recrawl` each page keeps its own interval, as Nutch's AdaptiveFetchSchedule does: it
 starts at `recrawl_after_s` (or `hot_recrawl_after_s` for seeds and sitemaps), grows by `recrawl_inc_rate` each time
@@ -11,7 +13,7 @@ within [`recrawl_min_s`, `recrawl_max_s`].  So pages that never change are asked
 news front page settles near the minimum.
 
 What a page's recrawl needs travels in its frontier payload (`weblm_recrawl` in the request meta): the validators,
-a digest of the last body and the interval; nothing in the backends' schema.  The decision per answer is a pure
+a digest of the last body, its capture and the interval; nothing in the backends' schema.  The decision per answer is a pure
 function here; the scheduler (spider/frontier/scheduler.py) applies it.
 """
 from __future__ import annotations

@@ -68,6 +68,7 @@ class InHand:
     sent: bool = False
     record_id: str | None = None  # the WARC record of the fetch that finished it; its file's durability acks it
     observed: bool = False  # an answer changed its recrawl state (recrawl.py): its payload is rewritten at its ack
+    new_capture: bool = False  # that answer was a 2xx: its record, once named, is what a later 304 refers to
     expires: float = 0.0  # when this worker's lease ends as far as it knows: the lease's expiry, then each renewal's
 
     def __post_init__(self):
@@ -402,6 +403,7 @@ class FrontierScheduler(BaseScheduler):
         state.pop("changed")
         item.meta[recrawl.META_KEY] = state
         item.observed = True
+        item.new_capture = response.status != 304
 
     def _on_fetch_failed(self, request: Request) -> None:
         """Failed for good with nothing recorded (network error after retries): done until the error recrawl."""
@@ -418,11 +420,14 @@ class FrontierScheduler(BaseScheduler):
         self.stats.inc_value("weblm/frontier/retries_requeued")
         return True
 
-    def _on_fetch_recorded(self, request: Request, record_id: str) -> None:
+    def _on_fetch_recorded(self, request: Request, record_id: str, date: str | None = None) -> None:
         lease_id = request.meta.get(LEASE_META)
         item = self._in_hand.get(lease_id) if lease_id in self._held else None
         if item is not None:
             item.record_id = record_id
+            if item.new_capture and date:   # the capture a 304 to the next recrawl's validators refers to
+                item.meta[recrawl.META_KEY]["capture"] = {"url": request.url, "date": date, "record_id": record_id}
+                item.new_capture = False
 
     def _on_durable(self, warc: DurableWarc) -> None:
         """The fetches recorded in a file now durable are done: a URL is acknowledged only through the record of

@@ -19,7 +19,9 @@ reactor: process_response only captures the fetch and queues it.  A file is clos
 crawl.warc.max_file_bytes or crawl.warc.max_file_age_s (checked at each write and by a timer, so an idle
 crawl still closes it), and when the frontier sends `warc_flush_requested` (nothing left to fetch, only
 acknowledgements to wait for).  With crawl.warc.revisit and a digest index on the crawler
-(`crawler.weblm_digest_index`, the frontier's), a 2xx payload already stored becomes a revisit record.
+(`crawler.weblm_digest_index`, the frontier's), a 2xx payload already stored becomes a revisit record.  A
+`304 Not Modified` to a conditional recrawl (spider/frontier/recrawl.py) is a revisit record of the
+server-not-modified profile, referring to the capture whose validators were sent.
 """
 from __future__ import annotations
 
@@ -37,6 +39,8 @@ from warcio.statusandheaders import StatusAndHeadersParser
 
 import storage
 from spider.config import CrawlConfig
+from spider.frontier.backend import DigestSeen
+from spider.frontier.recrawl import META_KEY as RECRAWL_META_KEY
 from spider.render.warc_record import RENDERED_DOM_META_KEY
 from spider.signals import DurableWarc, fetch_recorded, warc_file_durable, warc_flush_requested
 from spider.warc import (UNRECORDED_REQUEST_HEADERS, ClosedWarc, DigestIndex, Fetch, RotatingWarcWriter, Written,
@@ -46,6 +50,16 @@ from spider.warc_upload import WarcUploads
 from spider.wire import WIRE_META_KEY
 
 logger = logging.getLogger(__name__)
+
+
+def _conditional(request) -> bool:
+    return bool(request.headers.get("If-None-Match") or request.headers.get("If-Modified-Since"))
+
+
+def _capture_of(state) -> DigestSeen | None:
+    """The capture a recrawl's validators came from, as the frontier kept it (spider/frontier/recrawl.py)."""
+    capture = (state or {}).get("capture")
+    return DigestSeen(capture["url"], capture["date"], capture["record_id"]) if capture else None
 
 
 def _pairs(headers, skip=frozenset()):
@@ -119,14 +133,15 @@ class WarcCaptureMiddleware:
                       truncated="disconnect" if "dataloss" in response.flags else None,
                       metadata=self._metadata_fields(request, host, date) if self.metadata else None,
                       rendered=request.meta.pop(RENDERED_DOM_META_KEY, None),  # spider/render, at 970
-                      record_id=record_id)
+                      record_id=record_id, conditional=_conditional(request),
+                      not_modified_of=_capture_of(request.meta.get(RECRAWL_META_KEY)))
         try:
             queued = self.thread.submit(fetch)
         except WriterStopped as exc:
             logger.warning("%s", exc)
             self.stats.inc_value("weblm/warc/not_recorded")
             return response
-        self.crawler.signals.send_catch_log(signal=fetch_recorded, request=request, record_id=record_id)
+        self.crawler.signals.send_catch_log(signal=fetch_recorded, request=request, record_id=record_id, date=date)
         if queued is None:
             return response
         self.stats.inc_value("weblm/warc/queue_full_waits")

@@ -1,6 +1,6 @@
 """Recrawls: a page comes back with the last 200's validators (If-None-Match, If-Modified-Since), an unchanged page's
-304 is archived as it came, and each page's interval adapts (Nutch's AdaptiveFetchSchedule): longer when it came back
-unchanged, shorter when it changed.  The pure rules first, then two crawls over one embedded frontier."""
+304 is archived as it came (a server-not-modified revisit naming that 200), and each page's interval adapts (Nutch's
+AdaptiveFetchSchedule): longer when it came back unchanged, shorter when it changed.  The pure rules first, then two crawls over one embedded frontier."""
 from __future__ import annotations
 
 import json
@@ -130,10 +130,20 @@ def test_a_recrawl_asks_conditionally_archives_the_304_and_adapts_each_pages_int
     assert recrawl_stats == {"weblm/recrawl/conditional": 1, "weblm/recrawl/not_modified": 1,
                              "weblm/recrawl/unchanged": 2, "weblm/recrawl/changed": 1}
     assert not any(k.startswith("weblm/errors/") for k in again.stats["scrapy"]), again.stats["scrapy"]
-    # the 304 is archived as it came, beside the first 200
-    statuses = [r["http"].get_statuscode() for path in again.warc_files for r in read_warc(path)
-                if r["type"] == "response" and r["headers"].get_header("WARC-Target-URI") == f"{SITE}/same"]
-    assert sorted(statuses) == ["200", "304"]
+    # the 304 is archived as it came, as a revisit of the server-not-modified profile that names the first 200
+    records = [r for path in again.warc_files for r in read_warc(path)
+               if r["headers"].get_header("WARC-Target-URI") == f"{SITE}/same"]
+    (original,) = [r for r in records if r["type"] == "response"]
+    (revisit,) = [r for r in records if r["type"] == "revisit"]
+    assert original["http"].get_statuscode() == "200" and revisit["http"].get_statuscode() == "304"
+    assert revisit["headers"].get_header("WARC-Profile") == (
+        "http://netpreserve.org/warc/1.1/revisit/server-not-modified")
+    for field, of in (("WARC-Refers-To", "WARC-Record-ID"), ("WARC-Refers-To-Date", "WARC-Date"),
+                      ("WARC-Refers-To-Target-URI", "WARC-Target-URI")):
+        assert revisit["headers"].get_header(field) == original["headers"].get_header(of), field
+    assert revisit["headers"].get_header("WARC-Payload-Digest") is None and revisit["digest_ok"] is not False
+    # / and /plain came back with the same bodies: identical-payload revisits; /same as the 304's revisit
+    assert again.stats["scrapy"]["weblm/warc/revisits"] == 3
     if frontier:   # Redis: the validators could only have come back through the payloads it kept (above)
         return
     with sqlite3.connect(tmp_path / "frontier.db") as db:
@@ -145,3 +155,4 @@ def test_a_recrawl_asks_conditionally_archives_the_304_and_adapts_each_pages_int
         assert state["interval"] == pytest.approx(first_s * factor), page
         assert now < due <= now + first_s * factor, page
     assert rows[f"{SITE}/same"][0]["etag"] == '"same-1"'
+    assert rows[f"{SITE}/same"][0]["capture"]["record_id"] == original["headers"].get_header("WARC-Record-ID")

@@ -220,6 +220,32 @@ def test_a_payload_stored_before_becomes_a_revisit_with_its_head_and_no_payload(
     assert (writer.counters.responses, writer.counters.revisits) == (1, 1)
 
 
+def test_a_304_to_a_conditional_recrawl_is_a_server_not_modified_revisit_naming_the_capture(tmp_path):
+    from dataclasses import replace
+
+    writer = RotatingWarcWriter(tmp_path, "t", 10**9, {})
+    url = "http://a.weblm.test/p"
+    before = DigestSeen(url, "2026-12-01T10:00:00.000000Z", "<urn:uuid:00000000-0000-0000-0000-000000000001>")
+    asked = replace(fetch_of(url, b"", status=304), conditional=True, not_modified_of=before)
+    kept = writer.write(asked, LocalDigestIndex())
+    writer.write(replace(fetch_of(url, b"", status=304), conditional=True))        # its capture unknown
+    writer.write(fetch_of(url, b"", status=304))                                   # a 304 nobody asked for
+    writer.close()
+    records = read_records(only_file(tmp_path))
+    assert [r[0] for r in records] == ["warcinfo", "revisit", "request", "revisit", "request", "response", "request"]
+    known, unknown = records[1][1], records[3][1]
+    assert known.get_header("WARC-Record-ID") == kept.record_id and kept.revisit_of is None
+    for h in (known, unknown):
+        assert h.get_header("WARC-Profile") == "http://netpreserve.org/warc/1.1/revisit/server-not-modified"
+        assert h.get_header("WARC-Refers-To-Target-URI") == url
+        assert h.get_header("WARC-Payload-Digest") is None   # the profile forbids it
+    assert known.get_header("WARC-Refers-To") == before.record_id
+    assert known.get_header("WARC-Refers-To-Date") == before.date
+    assert unknown.get_header("WARC-Refers-To") is None and unknown.get_header("WARC-Refers-To-Date") is None
+    assert records[1][2].statusline == "304 Not Modified" and all(r[4] is not False for r in records)
+    assert (writer.counters.responses, writer.counters.revisits) == (1, 2)
+
+
 def test_empty_non_2xx_and_truncated_payloads_are_always_stored_in_full(tmp_path):
     digests = LocalDigestIndex()
     writer = RotatingWarcWriter(tmp_path, "t", 10**9, {})
