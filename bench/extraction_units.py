@@ -20,7 +20,7 @@ Mean F1 lost per page, split by whether the page's precision or its recall was t
 | type | n | F1 lost | precision-bound | recall-bound | emptied by min_chars | what the worst pages show |
 |---|---|---|---|---|---|---|
 | article | 793 | 0.057 | 0.039 | 0.018 | 1 | rs-trafilatura keeps one section of long list articles (recall 0.05-0.10 where trafilatura and resiliparse find 0.9+, above the 200-word fallback floor) |
-| forum | 113 | 0.243 | 0.130 | 0.112 | 0 | Discourse shells (posts only in JSON: no extractor finds them; the crawl's rendering does); quoted and repeated posts |
+| forum | 113 | 0.243 | 0.130 | 0.112 | 0 | Discourse shells (an empty `<section id='main'>` and an empty data-preloaded: the posts are not in the HTML at all, only a browser's rendering has them); quoted and repeated posts |
 | product | 119 | 0.318 | 0.227 | 0.091 | 4 | whole shop pages kept for a 40-word description; carousel and tab blurbs repeated 2-4 times |
 | collection | 117 | 0.300 | 0.181 | 0.111 | 2 | product grids kept or missed whole; blocks glued without spaces |
 | listing | 99 | 0.283 | 0.147 | 0.136 | 1 | 5 pages with no main content still get text (scored 0) |
@@ -65,6 +65,14 @@ No-go.  Even knowing each page's truth, picking the best whole text reaches 0.83
 choice among these extractors meets the 0.90 goal on this split; the learned chooser (gradient-boosted gain per
 extractor from word counts, overlaps with the job's text and the page types; 5 folds grouped by host) loses to the
 job at every margin: the pages where another extractor wins do not look different by these features.
+
+Two more levers measured no-go (2026-12-04, the job's own `main_text` on WCXB dev):
+- `<noscript>` blocks of 50+ words unwrapped before extraction (what a browser without JavaScript shows; 54 pages
+  have one, 19 of them forums, mostly Discourse's crawler view): summed F1 +0.06 on those forums, -0.03 on the
+  listings and collections, 0 elsewhere.  rs-trafilatura already reads Discourse's `<noscript>` posts.
+- resiliparse's main content empty (or under N words) as a sign that the page has no main content (21 dev pages
+  have none, where only an empty text scores): emptying the job's text there loses 12 (N=0) to 52 (N=50) F1
+  points summed over the pages, most of them articles that resiliparse misses.
 """
 from __future__ import annotations
 
