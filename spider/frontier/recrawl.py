@@ -13,8 +13,9 @@ within [`recrawl_min_s`, `recrawl_max_s`].  So pages that never change are asked
 news front page settles near the minimum.
 
 What a page's recrawl needs travels in its frontier payload (`weblm_recrawl` in the request meta): the validators,
-a digest of the last body, its capture and the interval; nothing in the backends' schema.  The decision per answer is a pure
-function here; the scheduler (spider/frontier/scheduler.py) applies it.
+a digest of the last body, its capture and the interval; nothing in the backends' schema.  It costs Redis ~320 B a
+URL record (conf/crawl_plan.yaml url_record_bytes).  The decision per answer is a pure function here; the scheduler
+(spider/frontier/scheduler.py) applies it.
 """
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ import hashlib
 from typing import Any, Mapping
 
 META_KEY = "weblm_recrawl"
+_UUID_ID = "<urn:uuid:"   # warcio's WARC-Record-IDs: <urn:uuid:...>
 
 
 def conditional_headers(state: Mapping[str, Any] | None) -> dict[str, str]:
@@ -64,6 +66,22 @@ def observe(state: Mapping[str, Any] | None, status: int, headers: Mapping[str, 
     new["interval"] = round(interval, 3)
     new["changed"] = changed
     return new
+
+
+def capture(date: str, record_id: str, url: str, frontier_url: str) -> list[str]:
+    """The capture a later 304 refers to, compact (it rides in every recrawled URL's payload): [WARC-Date, the
+    record id's UUID] and the URL only when it is not the frontier's (the 200 came through a redirect)."""
+    uuid = record_id[len(_UUID_ID):-1] if record_id.startswith(_UUID_ID) and record_id.endswith(">") else record_id
+    return [date, uuid] if url == frontier_url else [date, uuid, url]
+
+
+def captured(state: Mapping[str, Any] | None, url: str) -> tuple[str, str, str] | None:
+    """(URL, WARC-Date, WARC-Record-ID) of the capture `capture()` kept in `state`, or None."""
+    kept = (state or {}).get("capture")
+    if not kept:
+        return None
+    date, uuid, *other = kept
+    return (other[0] if other else url), date, (uuid if uuid.startswith("<") else f"{_UUID_ID}{uuid}>")
 
 
 def interval_of(state: Mapping[str, Any] | None, start_s: float) -> float:

@@ -426,7 +426,7 @@ class FrontierScheduler(BaseScheduler):
         if item is not None:
             item.record_id = record_id
             if item.new_capture and date:   # the capture a 304 to the next recrawl's validators refers to
-                item.meta[recrawl.META_KEY]["capture"] = {"url": request.url, "date": date, "record_id": record_id}
+                item.meta[recrawl.META_KEY]["capture"] = recrawl.capture(date, record_id, request.url, item.url)
                 item.new_capture = False
 
     def _on_durable(self, warc: DurableWarc) -> None:

@@ -40,7 +40,7 @@ from warcio.statusandheaders import StatusAndHeadersParser
 import storage
 from spider.config import CrawlConfig
 from spider.frontier.backend import DigestSeen
-from spider.frontier.recrawl import META_KEY as RECRAWL_META_KEY
+from spider.frontier.recrawl import META_KEY as RECRAWL_META_KEY, captured
 from spider.render.warc_record import RENDERED_DOM_META_KEY
 from spider.signals import DurableWarc, fetch_recorded, warc_file_durable, warc_flush_requested
 from spider.warc import (UNRECORDED_REQUEST_HEADERS, ClosedWarc, DigestIndex, Fetch, RotatingWarcWriter, Written,
@@ -56,10 +56,10 @@ def _conditional(request) -> bool:
     return bool(request.headers.get("If-None-Match") or request.headers.get("If-Modified-Since"))
 
 
-def _capture_of(state) -> DigestSeen | None:
+def _capture_of(request) -> DigestSeen | None:
     """The capture a recrawl's validators came from, as the frontier kept it (spider/frontier/recrawl.py)."""
-    capture = (state or {}).get("capture")
-    return DigestSeen(capture["url"], capture["date"], capture["record_id"]) if capture else None
+    found = captured(request.meta.get(RECRAWL_META_KEY), request.url)
+    return DigestSeen(*found) if found else None
 
 
 def _pairs(headers, skip=frozenset()):
@@ -134,7 +134,7 @@ class WarcCaptureMiddleware:
                       metadata=self._metadata_fields(request, host, date) if self.metadata else None,
                       rendered=request.meta.pop(RENDERED_DOM_META_KEY, None),  # spider/render, at 970
                       record_id=record_id, conditional=_conditional(request),
-                      not_modified_of=_capture_of(request.meta.get(RECRAWL_META_KEY)))
+                      not_modified_of=_capture_of(request))
         try:
             queued = self.thread.submit(fetch)
         except WriterStopped as exc:

@@ -1,6 +1,7 @@
 """Recrawls: a page comes back with the last 200's validators (If-None-Match, If-Modified-Since), an unchanged page's
 304 is archived as it came (a server-not-modified revisit naming that 200), and each page's interval adapts (Nutch's
-AdaptiveFetchSchedule): longer when it came back unchanged, shorter when it changed.  The pure rules first, then two crawls over one embedded frontier."""
+AdaptiveFetchSchedule): longer when it came back unchanged, shorter when it changed.  The pure rules first, then two
+crawls over one frontier, embedded and Redis."""
 from __future__ import annotations
 
 import json
@@ -25,6 +26,16 @@ class Settings:
 
 
 DAY = 86400.0
+
+
+def test_the_capture_a_304_refers_to_is_kept_compact():
+    record_id = "<urn:uuid:c805281a-cad8-4e5f-a8dd-7b9b1e6c280e>"
+    kept = recrawl.capture("2026-12-04T19:16:08Z", record_id, "http://a.test/p", "http://a.test/p")
+    assert kept == ["2026-12-04T19:16:08Z", "c805281a-cad8-4e5f-a8dd-7b9b1e6c280e"]
+    assert recrawl.captured({"capture": kept}, "http://a.test/p") == ("http://a.test/p", kept[0], record_id)
+    moved = recrawl.capture("d", "<other-id>", "http://a.test/new", "http://a.test/p")   # the 200 came via a redirect
+    assert recrawl.captured({"capture": moved}, "http://a.test/p") == ("http://a.test/new", "d", "<other-id>")
+    assert recrawl.captured({}, "http://a.test/p") is None and recrawl.captured(None, "u") is None
 
 
 def test_the_first_answer_keeps_validators_and_the_first_interval():
@@ -155,4 +166,6 @@ def test_a_recrawl_asks_conditionally_archives_the_304_and_adapts_each_pages_int
         assert state["interval"] == pytest.approx(first_s * factor), page
         assert now < due <= now + first_s * factor, page
     assert rows[f"{SITE}/same"][0]["etag"] == '"same-1"'
-    assert rows[f"{SITE}/same"][0]["capture"]["record_id"] == original["headers"].get_header("WARC-Record-ID")
+    assert recrawl.captured(rows[f"{SITE}/same"][0], f"{SITE}/same") == tuple(
+        original["headers"].get_header(f) for f in ("WARC-Target-URI", "WARC-Date", "WARC-Record-ID"))
+    assert len(rows[f"{SITE}/same"][0]["capture"]) == 2   # [date, uuid]: the URL is the frontier's own
