@@ -267,7 +267,8 @@ def fetched(file: str, size: int, cfg) -> Iterator[str]:
     is killed midway, the next run that reads the file on this machine goes on from the bytes already copied (while
     the source is unchanged) instead of downloading it again.  A task that finds the folder locked (the same file
     read twice at once: a speculative task) copies into a folder of its own.  Without room for the copy, or when
-    it fails past its retries, the file is read where it is (and its passes fail or not, and say so)."""
+    it fails past its retries, the file is read where it is (and its passes fail or not, and say so); a failed copy
+    keeps its bytes in its folder, so that the next run goes on from them (the source unchanged) rather than from 0."""
     if not cfg.fetch_remote or not storage.is_uri(file):
         yield file
         return
@@ -278,6 +279,7 @@ def fetched(file: str, size: int, cfg) -> Iterator[str]:
     lock = _claim(folder)
     if lock is None:
         folder = tempfile.mkdtemp(prefix="weblm-ingest-", dir=root)
+    keep = False   # a failed copy's bytes, for the next run on this machine (the stale sweep removes them otherwise)
     try:
         if size is not None and size >= 0 and shutil.disk_usage(folder).free < 2 * size:
             log.warning("ingest: no room for a copy of %s (%d bytes) in %s: reading it over the network", file, size,
@@ -288,13 +290,15 @@ def fetched(file: str, size: int, cfg) -> Iterator[str]:
         try:
             storage.get_file(file, local, resume=lock is not None)
         except Exception as exc:  # noqa: BLE001  (the reads below report what is wrong with it)
-            log.warning("ingest: could not copy %s here (%s: %s): reading it over the network", file,
-                        type(exc).__name__, exc)
+            keep = lock is not None and any(e.name.endswith(".part") and e.stat().st_size for e in os.scandir(folder))
+            log.warning("ingest: could not copy %s here (%s: %s): reading it over the network%s", file,
+                        type(exc).__name__, exc, "; the bytes copied so far stay for the next run" if keep else "")
             yield file
             return
         yield local
     finally:
-        shutil.rmtree(folder, ignore_errors=True)
+        if not keep:
+            shutil.rmtree(folder, ignore_errors=True)
         if lock is not None:
             os.close(lock)
 

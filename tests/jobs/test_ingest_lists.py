@@ -135,6 +135,43 @@ def test_a_copy_killed_midway_is_taken_up_by_the_next_run_on_the_machine(tmp_pat
         server.stop()
 
 
+def test_a_copy_that_fails_past_its_retries_keeps_its_bytes_for_the_next_run(tmp_path, monkeypatch):
+    """A server that cuts every answer this run: the copy gives up after its retries and the file is read over the
+    network, but the bytes copied so far stay in the file's folder, and the next run asks only for the rest."""
+    import storage
+    from jobs.config import load_jobs_config
+    from jobs.ingest import fetched
+    from tests.support.s3server import write_overlay
+
+    site = tmp_path / "site"
+    site.mkdir()
+    data = os.urandom(400_000)
+    (site / "CC-MAIN-0002.warc.gz").write_bytes(data)
+    server = HttpServer("flaky-web", lambda port: [sys.executable, "tests/support/flaky_web.py", str(port), str(site),
+                                                   "--cut", "2"], "/", tmp_path)
+    quick = {"storage": {"download": {"retries": 2, "backoff_initial_s": 0.05, "backoff_max_s": 0.1}}}
+    monkeypatch.setenv("WEBLM_CONF_OVERLAY", str(write_overlay(tmp_path / "quick.yaml", quick)))
+    storage.reset()
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
+    url = f"{server.endpoint}/CC-MAIN-0002.warc.gz"
+    try:
+        with fetched(url, len(data), load_jobs_config().ingest) as where:
+            assert where == url   # read over the network this time
+        [part] = scratch.glob("weblm-ingest/*/.*.part")
+        have = part.stat().st_size
+        assert 0 < have < len(data)
+        with fetched(url, len(data), load_jobs_config().ingest) as local:
+            assert Path(local).read_bytes() == data
+        gets = [line.split(" ", 2)[2] for line in server.log_path.read_text().splitlines() if line.startswith("GET")]
+        assert gets[-1] == f"bytes={have}-{len(data) - 1} -> 206 {len(data) - have} bytes", gets
+        assert list((scratch / "weblm-ingest").iterdir()) == []   # read whole: removed
+    finally:
+        server.stop()
+        storage.reset()
+
+
 def test_a_file_another_task_is_copying_here_is_copied_apart_and_stale_copies_are_removed(crawl, web, tmp_path,
                                                                                          monkeypatch):
     from jobs import ingest
