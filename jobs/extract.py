@@ -19,6 +19,7 @@ from jobs.base import SparkJob, add_missing_columns, is_empty, merge_table, sett
 from jobs.config import ExtractSettings
 from jobs.text.main_text import Extracted
 from jobs.text.opt_out import opt_out
+from jobs.text.tdmrep import RESERVED, WELL_KNOWN, reserved
 from jobs.text.sandbox import DEFAULT_EXTRACTOR, page_extractor
 from jobs.warc.records import TRUNCATED
 
@@ -78,7 +79,10 @@ def _extract_batches(batches: Iterator, cfg: ExtractSettings, extract) -> Iterat
                              row.content_type, row.charset, row.url)
             ok = isinstance(result, Extracted)
             headers = dict(row.headers) if row.headers is not None else {}   # Arrow's map: (key, value) pairs
-            out["opt_out"].append(opt_out(headers, row.html, agents) if ok else None)
+            flag = opt_out(headers, row.html, agents) if ok else None
+            if ok and flag is None and reserved(getattr(row, "tdm_rules", None), row.url):
+                flag = RESERVED   # the host's /.well-known/tdmrep.json reserves this path
+            out["opt_out"].append(flag)
             out["warc_truncated"].append(headers.get(TRUNCATED))
             out["doc_id"].append(row.doc_id)
             out["url"].append(row.url)
@@ -97,6 +101,24 @@ def _extract_batches(batches: Iterator, cfg: ExtractSettings, extract) -> Iterat
         frame["n_chars"] = frame["n_chars"].astype("Int32")
         frame["replacements"] = frame["replacements"].astype("Int32")
         yield frame
+
+
+def with_tdm_rules(todo, scan):
+    """`todo` with `tdm_rules`: the body of its origin's latest `/.well-known/tdmrep.json` answer in `scan` (the bronze
+    table read) when that answer was a 200, else null (jobs/text/tdmrep.py reads it per page).  A join, not a
+    broadcast: at web scale the hosts with such a file are many.  The file arrives with the crawl's first fetches of
+    its host, so it is in bronze by the time the host's pages are extracted; a file a later crawl changes applies to
+    the pages extracted after it (`--full` applies it to all)."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    origin = F.lower(F.regexp_extract("url", r"^([A-Za-z][A-Za-z0-9+.-]*://[^/?#]+)", 1))
+    latest = Window.partitionBy("origin").orderBy(F.col("fetch_time").desc(), F.col("doc_id"))
+    files = (scan.where(F.col("url").endswith(WELL_KNOWN))
+             .select(origin.alias("origin"), "fetch_time", "doc_id", "status", "html")
+             .withColumn("n", F.row_number().over(latest)).where(F.col("n") == 1)
+             .select("origin", F.when(F.col("status") == 200, F.col("html")).alias("tdm_rules")))
+    return todo.withColumn("origin", origin).join(files, "origin", "left").drop("origin")
 
 
 def spread(spark, todo, scan, tasks_per_core: int):
@@ -129,6 +151,7 @@ class ExtractJob(SparkJob):
             log.info("extract: nothing new in bronze.pages since the last run; no table changed")
             self.metrics.extra["table_version"] = None
             return
+        todo = with_tdm_rules(todo, bronze)
         rows = (spread(spark, todo, bronze, cfg.tasks_per_core).mapInPandas(lambda batches: extract_batches(batches, cfg),
                                                                      output_schema())
                 .withColumn("content_sha256", F.sha2(F.col("text"), 256))

@@ -52,6 +52,7 @@ class FrontierConfig:
     robots_max_bytes: int
     robots_max_redirects: int
     sitemaps: bool
+    tdmrep: bool
     sitemap_max_urls: int
     sitemap_max_bytes: int
     trap_years: list[int]

@@ -1,6 +1,7 @@
 """The spider: seeds in, links followed within the allowed hosts, every failure counted."""
 from __future__ import annotations
 
+import json
 import logging
 from urllib.parse import urldefrag, urljoin, urlsplit
 
@@ -61,6 +62,9 @@ class WebSpider(scrapy.Spider):
     def parse(self, response):
         if response.meta.get("weblm_sitemap"):   # listed in robots.txt or in a sitemap index (FrontierScheduler)
             yield from self.parse_sitemap(response)
+            return
+        if response.meta.get("weblm_tdmrep"):    # /.well-known/tdmrep.json: archived for extract, no links
+            self.crawler.stats.inc_value(f"weblm/tdmrep/{'found' if _json_list(response.body) else 'invalid'}")
             return
         if not isinstance(response, TextResponse):
             self.crawler.stats.inc_value("weblm/parse/not_text")  # images, PDFs: archived, not followed
@@ -135,6 +139,10 @@ class WebSpider(scrapy.Spider):
         if kind == "http_304":   # a recrawl's page has not changed (spider/frontier/recrawl.py): no error, no links
             logger.debug("%s has not changed since it was last fetched (304, recorded in WARC)", url)
             return
+        if kind.startswith("http_4") and getattr(failure, "request", None) is not None and (
+                failure.request.meta.get("weblm_tdmrep")):   # the host declares no site-wide TDM reservation
+            self.crawler.stats.inc_value("weblm/tdmrep/absent")
+            return
         if kind == "robots_denied":
             self.crawler.stats.inc_value("weblm/robots_denied")
             logger.debug("robots.txt disallows %s", url)
@@ -169,4 +177,12 @@ class WebSpider(scrapy.Spider):
             self.crawler.stats.inc_value(f"weblm/filtered/{reason}")
             if reason != "offsite":
                 logger.debug("not crawling %s: %s", url, reason)
+        return False
+
+
+def _json_list(body: bytes) -> bool:
+    """Whether a tdmrep.json answer is the JSON array of rules TDMRep defines (counted; extract reads it)."""
+    try:
+        return isinstance(json.loads(body), list)
+    except ValueError:
         return False

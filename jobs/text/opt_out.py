@@ -9,8 +9,8 @@ Read per page from what the crawl archived, nothing fetched:
 
 `opt_out(headers, html, agents)` gives the first signal found ("tdm-reservation" or "noai") or None.  The meta tags
 are read from the page's first `HEAD_BYTES` with lxml (a `<head>` longer than that is rare; a reservation in the
-body would not be machine-readable in any standard's sense).  A site-wide `/.well-known/tdmrep.json` is not read:
-the crawl does not fetch it.
+body would not be machine-readable in any standard's sense).  The site-wide `/.well-known/tdmrep.json` is read by
+jobs/text/tdmrep.py: extract joins each origin's file to its pages.
 """
 from __future__ import annotations
 

@@ -52,7 +52,8 @@ logger = logging.getLogger(__name__)
 ROBOTS_META = "weblm_robots_for"
 LEASE_META = "weblm_lease"
 # Meta keys that travel with a URL through the frontier (JSON); the rest is per attempt.
-CARRIED_META = ("depth", "weblm_seed", "weblm_parent", "weblm_sitemap", "retry_times", recrawl.META_KEY)
+CARRIED_META = ("depth", "weblm_seed", "weblm_parent", "weblm_sitemap", "weblm_tdmrep", "retry_times",
+                recrawl.META_KEY)
 KNOWN_URLS = 200_000  # at most this many URLs in the local shortcut (~20 MB), then it starts over
 COUNTS_EVERY_S = 0.5  # cluster gauges (and the end-of-crawl test) at most this often while URLs flow
 JOIN_WAIT_S = 60.0    # how long a worker started without seeds waits for work to appear in the frontier
@@ -286,7 +287,19 @@ class FrontierScheduler(BaseScheduler):
         self._robots_known(response.meta[ROBOTS_META], record)
         if record.status == "parsed" and f.sitemaps and not self._closing:
             self._enqueue_sitemaps(self._robots[response.meta[ROBOTS_META]], response.url)
+        if f.tdmrep and record.status != "disallow_all" and not self._closing:
+            self._enqueue_tdmrep((response.meta.get("redirect_urls") or [response.url])[0])
         return []
+
+    def _enqueue_tdmrep(self, robots_url: str) -> None:
+        """The host's `/.well-known/tdmrep.json` (W3C TDMRep: site-wide text-and-data-mining reservations, which "a
+        TDM Agent MUST check before it starts scraping") joins the frontier like a sitemap: asked once per robots.txt
+        fetch, the Bloom filter drops it once known, robots.txt applies.  It is archived, not acted on here: extract
+        reads it from the lake into silver.documents.opt_out (jobs/text/opt_out.py), for this crawl's pages and any
+        other WARC source's."""
+        self.stats.inc_value("weblm/tdmrep/asked")
+        self.enqueue_request(Request(urljoin(robots_url, "/.well-known/tdmrep.json"), meta={
+            "depth": 1, "weblm_tdmrep": True, "weblm_parent": robots_url}))
 
     def _enqueue_sitemaps(self, rules: robotstxt.Robots, robots_url: str) -> None:
         """robots.txt's `Sitemap:` lines (sitemaps.org) join the frontier as URLs one hop from the host, marked so

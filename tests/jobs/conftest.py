@@ -52,6 +52,7 @@ class Page:
     encoding: str | None = None  # Content-Encoding
     truncated: str | None = None  # WARC-Truncated: the crawler cut the body
     headers: tuple = ()           # more HTTP headers, (name, value) pairs
+    date: str | None = None       # its WARC-Date (when it was fetched); None: now
 
 
 PAGES = [
@@ -93,6 +94,8 @@ def write_warc(path: Path, pages: list[Page]) -> list[str]:
             warc_headers = {"WARC-Record-ID": record_id(path, index, page, "response")}
             if page.truncated:
                 warc_headers["WARC-Truncated"] = page.truncated
+            if page.date:
+                warc_headers["WARC-Date"] = page.date
             response = writer.create_warc_record(page.url, "response", payload=io.BytesIO(body), http_headers=http,
                                                  warc_headers_dict=warc_headers)
             request = writer.create_warc_record(

@@ -39,11 +39,13 @@ def test_scrapy_crawl_uses_the_project_settings(tmp_path, raw_server):
     assert proc.returncode == 0, proc.stderr[-3000:]
 
     stats = json.loads((tmp_path / "stats.json").read_text())
-    assert stats["pages_fetched"] == 3  # robots.txt, / and /a
+    # robots.txt, / and /a, and the site-wide TDMRep file conf/crawl.yaml asks for (404 here: nothing declared)
+    assert stats["pages_fetched"] == 4
     assert stats["robots_denied"] == 1  # /private/x
     assert stats["seeds"] == 1
-    assert set(server.received) == {"/robots.txt", "/", "/a"}
+    assert set(server.received) == {"/robots.txt", "/", "/a", "/.well-known/tdmrep.json"}
+    assert stats["scrapy"]["weblm/tdmrep/absent"] == 1 and not any(k.startswith("weblm/errors/") for k in stats["scrapy"])
     records = [r for path in sorted((tmp_path / "warc").glob("*.warc.gz")) for r in read_warc(path)]
     responses = [r for r in records if r["type"] == "response"]
-    assert len(responses) == 3 and all(r["digest_ok"] for r in responses)
+    assert len(responses) == 4 and all(r["digest_ok"] for r in responses)
     assert records[0]["type"] == "warcinfo"

@@ -1,0 +1,72 @@
+"""A host's site-wide text-and-data-mining reservations: W3C TDMRep's `/.well-known/tdmrep.json`.
+
+The file is a JSON array of rules, each `{"location": <path pattern>, "tdm-reservation": 0 or 1, "tdm-policy": <URL>}`.
+A page's path is matched against the locations in order and the first that matches decides (the report: "the most
+specific match is the first in sequence"); `tdm-reservation: 1` reserves the page, 0 does not, and any other value is
+a protocol error read as unset.  Locations use robots.txt's pattern syntax (TDMRep points to draft-koster-rep, now
+RFC 9309 §2.2.3): `*` is any run of characters, a final `$` ends the path, and the match starts at the path's first
+character; percent-escapes are decoded on both sides before comparing.
+
+The crawl fetches the file once per host (spider: `frontier.tdmrep`) and archives it like any answer; extract joins the
+latest answer per origin to the origin's pages (jobs/extract.py), so it works for any WARC source that holds the file.
+A file that is not such an array declares nothing (the job counts it).
+"""
+from __future__ import annotations
+
+import functools
+import json
+import re
+from urllib.parse import unquote, urlsplit
+
+WELL_KNOWN = "/.well-known/tdmrep.json"
+RESERVED = "tdmrep.json"   # silver.documents.opt_out when the host's file reserves the page
+
+
+@functools.lru_cache(maxsize=4096)
+def parse_rules(body: bytes) -> tuple[tuple[re.Pattern, int | None], ...] | None:
+    """The file's rules in order as (location pattern, reservation 0/1 or None when unset); None when `body` is not
+    a JSON array.  A rule without a string location is skipped.  Cached: every page of a host carries the same bytes."""
+    try:
+        data = json.loads(body)
+    except (ValueError, UnicodeDecodeError, TypeError):
+        return None
+    if not isinstance(data, list):
+        return None
+    rules = []
+    for rule in data:
+        if not isinstance(rule, dict) or not isinstance(rule.get("location"), str):
+            continue
+        value = rule.get("tdm-reservation")
+        value = int(value) if str(value).strip() in ("0", "1") else None
+        rules.append((_pattern(rule["location"]), value))
+    return tuple(rules)
+
+
+def _pattern(location: str) -> re.Pattern:
+    """A robots.txt-style path pattern as a regex anchored at the path's start.  protego matches these patterns only
+    inside its robots.txt parser (no public matcher), so the few lines are here."""
+    location = unquote(location.strip())
+    end = location.endswith("$")
+    body = ".*".join(re.escape(part) for part in (location[:-1] if end else location).split("*"))
+    return re.compile(body + (r"\Z" if end else ""), re.S)
+
+
+def reserved(body: bytes | None, url: str) -> bool:
+    """Whether the host's tdmrep.json (`body`, its bytes as served; None: none known) reserves TDM on `url`."""
+    if body is None:
+        return False
+    rules = parse_rules(bytes(body))
+    if not rules:
+        return False
+    parts = urlsplit(url)
+    path = unquote(parts.path or "/") + (f"?{unquote(parts.query)}" if parts.query else "")
+    for pattern, value in rules:
+        if pattern.match(path):
+            return value == 1
+    return False
+
+
+def origin_of(url: str) -> str:
+    """scheme://host[:port], lower-cased: the origin a tdmrep.json speaks for."""
+    parts = urlsplit(url)
+    return f"{parts.scheme}://{parts.netloc}".lower()

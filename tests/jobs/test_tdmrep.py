@@ -1,0 +1,80 @@
+"""TDMRep's site-wide file (/.well-known/tdmrep.json): its rules read in order, robots.txt-style locations, the first
+match deciding; and the extract job joining each origin's latest answer to the origin's pages in silver.documents."""
+from __future__ import annotations
+
+import json
+import pytest
+from deltalake import DeltaTable
+
+from conftest import PAGES, Page, write_warc
+from jobs.text.tdmrep import origin_of, parse_rules, reserved
+
+RULES = json.dumps([
+    {"location": "/news/free-*", "tdm-reservation": 0},
+    {"location": "/news/*", "tdm-reservation": 1, "tdm-policy": "https://pub.example/policies/tdm.json"},
+    {"location": "/exact$", "tdm-reservation": 1},
+    {"location": "/café/*", "tdm-reservation": "1"},
+    {"location": "/odd/*", "tdm-reservation": 2},      # a protocol error: unset, and it still decides first
+    {"location": "/*", "tdm-reservation": 0},
+]).encode()
+
+
+@pytest.mark.parametrize("url, expected", [
+    ("https://pub.example/news/2026/story", True),
+    ("https://pub.example/news/free-story", False),      # the first rule in sequence wins
+    ("https://pub.example/exact", True),
+    ("https://pub.example/exact/more", False),           # `$` ends the pattern
+    ("https://pub.example/caf%C3%A9/menu", True),        # percent-escapes decoded before comparing
+    ("https://pub.example/odd/page", False),
+    ("https://pub.example/blog/post", False),
+    ("https://pub.example/", False),
+])
+def test_the_first_matching_rule_decides(url, expected):
+    assert reserved(RULES, url) is expected
+
+
+def test_files_that_declare_nothing_reserve_nothing():
+    for body in (None, b"", b"not json", b'{"location": "/*", "tdm-reservation": 1}', b"[1, 2]",
+                 json.dumps([{"tdm-reservation": 1}]).encode()):
+        assert reserved(body, "https://pub.example/news/x") is False, body
+    assert parse_rules(b"{}") is None and parse_rules(b"[]") == ()
+    assert reserved(json.dumps([{"location": "/", "tdm-reservation": 1}]).encode(), "https://pub.example/a/b")
+    assert origin_of("HTTPS://Pub.Example:8443/a?b") == "https://pub.example:8443"
+
+
+def test_extract_reads_each_hosts_latest_file_into_opt_out(spark, tmp_path):
+    from jobs.extract import ExtractJob
+    from jobs.ingest import IngestJob
+
+    warc, lake = tmp_path / "warc", tmp_path / "lake"
+    warc.mkdir()
+    html, kind = PAGES[0].body, "text/html; charset=utf-8"
+    reserve_all = json.dumps([{"location": "/*", "tdm-reservation": 1}]).encode()
+    write_warc(warc / "a.warc.gz", [
+        Page("http://pub.weblm.test/.well-known/tdmrep.json", 200, "application/json", RULES),
+        Page("http://pub.weblm.test/news/story", 200, kind, html),
+        Page("http://pub.weblm.test/news/free-story", 200, kind, html),
+        Page("http://pub.weblm.test/about", 200, kind, html),
+        Page("http://none.weblm.test/.well-known/tdmrep.json", 404, "text/html", b"<html>Not found</html>"),
+        Page("http://none.weblm.test/page", 200, kind, html),
+        Page("http://broken.weblm.test/.well-known/tdmrep.json", 200, "application/json", b"[{oops"),
+        Page("http://broken.weblm.test/page", 200, kind, html),
+        # reserved everywhere once, then the file went away (404): its latest answer decides
+        Page("http://lifted.weblm.test/.well-known/tdmrep.json", 200, "application/json", reserve_all,
+             date="2026-01-01T00:00:00Z"),
+        Page("http://lifted.weblm.test/.well-known/tdmrep.json", 404, "text/html", b"gone",
+             date="2026-01-31T00:00:00Z"),
+        Page("http://lifted.weblm.test/page", 200, kind, html),
+        Page("https://pub.weblm.test/news/story", 200, kind, html),   # another origin: the file does not speak for it
+    ])
+    IngestJob().run(["--lake", str(lake), "-p", f"warc_dir={warc}"])
+    assert ExtractJob().run(["--lake", str(lake)]).status == "ok"
+    table = DeltaTable(str(lake / "silver" / "documents")).to_pyarrow_table().to_pylist()
+    assert {r["url"]: r["opt_out"] for r in table} == {
+        "http://pub.weblm.test/news/story": "tdmrep.json",
+        "http://pub.weblm.test/news/free-story": None,
+        "http://pub.weblm.test/about": None,
+        "http://none.weblm.test/page": None,
+        "http://broken.weblm.test/page": None,
+        "http://lifted.weblm.test/page": None,
+        "https://pub.weblm.test/news/story": None}
