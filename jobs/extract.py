@@ -15,7 +15,8 @@ import sys
 from dataclasses import asdict
 from typing import Iterator
 
-from jobs.base import SparkJob, add_missing_columns, is_empty, merge_table, settings_sha256, upsert_table
+from jobs.base import (SparkJob, add_missing_columns, is_empty, merge_table, settings_sha256, table_version,
+                       upsert_table)
 from jobs.config import ExtractSettings
 from jobs.text.main_text import Extracted
 from jobs.text.opt_out import opt_out
@@ -103,18 +104,20 @@ def _extract_batches(batches: Iterator, cfg: ExtractSettings, extract) -> Iterat
         yield frame
 
 
-def with_tdm_rules(todo, scan):
-    """`todo` with `tdm_rules`: the body of its origin's latest `/.well-known/tdmrep.json` answer in `scan` (the bronze
-    table read) when that answer was a 200, else null (jobs/text/tdmrep.py reads it per page).  A join, not a
-    broadcast: at web scale the hosts with such a file are many.  The file arrives with the crawl's first fetches of
-    its host, so it is in bronze by the time the host's pages are extracted; a file a later crawl changes applies to
-    the pages extracted after it (`--full` applies it to all)."""
+def with_tdm_rules(todo, site_files):
+    """`todo` with `tdm_rules`: the body of its origin's latest `/.well-known/tdmrep.json` answer in `site_files`
+    (bronze.site_files, which ingest keeps; None: no such table) when that answer was a 200, else null
+    (jobs/text/tdmrep.py reads it per page).  A join, not a broadcast: at web scale the hosts with such a file are
+    many.  The file arrives with the crawl's first fetches of its host, so it is in bronze by the time the host's
+    pages are extracted; a file a later crawl changes applies to the pages extracted after it (`--full`: to all)."""
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
+    if site_files is None:
+        return todo.withColumn("tdm_rules", F.lit(None).cast("binary"))
     origin = F.lower(F.regexp_extract("url", r"^([A-Za-z][A-Za-z0-9+.-]*://[^/?#]+)", 1))
     latest = Window.partitionBy("origin").orderBy(F.col("fetch_time").desc(), F.col("doc_id"))
-    files = (scan.where(F.col("url").endswith(WELL_KNOWN))
+    files = (site_files.where(F.col("url").endswith(WELL_KNOWN))
              .select(origin.alias("origin"), "fetch_time", "doc_id", "status", "html")
              .withColumn("n", F.row_number().over(latest)).where(F.col("n") == 1)
              .select("origin", F.when(F.col("status") == 200, F.col("html")).alias("tdm_rules")))
@@ -151,7 +154,9 @@ class ExtractJob(SparkJob):
             log.info("extract: nothing new in bronze.pages since the last run; no table changed")
             self.metrics.extra["table_version"] = None
             return
-        todo = with_tdm_rules(todo, bronze)
+        site_files = self.table("bronze.site_files")
+        todo = with_tdm_rules(todo, spark.read.format("delta").load(site_files)
+                              if table_version(spark, site_files) is not None else None)
         rows = (spread(spark, todo, bronze, cfg.tasks_per_core).mapInPandas(lambda batches: extract_batches(batches, cfg),
                                                                      output_schema())
                 .withColumn("content_sha256", F.sha2(F.col("text"), 256))

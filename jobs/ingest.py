@@ -35,6 +35,7 @@ import storage
 from conf import ConfigError
 from jobs.base import SparkJob, merge_table, table_version
 from jobs.warc.files import read_warc
+from jobs.text.tdmrep import WELL_KNOWN
 from jobs.warc.records import BRONZE_COLUMNS, SKIP_COLUMNS, TRUNCATED
 
 log = logging.getLogger("weblm.jobs.ingest")
@@ -42,6 +43,7 @@ log = logging.getLogger("weblm.jobs.ingest")
 PAGES = "bronze.pages"
 WEB_SCHEMES = ("http://", "https://")
 FILES = "bronze.warc_files"
+SITE_FILES = "bronze.site_files"
 
 
 def bronze_schema():
@@ -431,6 +433,7 @@ class IngestJob(SparkJob):
             truncated = dict(unique.select(F.col("headers").getItem(TRUNCATED).alias("reason"))
                              .where("reason IS NOT NULL").groupBy("reason").count().collect())
             result = merge_table(spark, unique, self.table(PAGES), "doc_id", sync=False)
+            sites = self._keep_site_files(spark, unique)
         finally:
             read.unpersist()
         # the manifest is written after the pages: a run killed in between reads those files again (idempotently)
@@ -443,6 +446,7 @@ class IngestJob(SparkJob):
             log.warning("%d page(s) whose WARC record says the crawler cut the body (WARC-Truncated: %s): kept, "
                         "marked in bronze.pages headers['%s']", sum(truncated.values()),
                         ", ".join(f"{reason} {n}" for reason, n in sorted(truncated.items())), TRUNCATED)
+        self.metrics.extra.update(site_files_table=SITE_FILES, site_files_inserted=sites["inserted"])
         self.metrics.extra.update(table=PAGES, table_version=result["version"], rows_inserted=result["inserted"],
                                   pages_read=sum(o["rows"] for o in outcomes.values()),
                                   files_table=FILES, files_table_version=files_result["version"],
@@ -453,6 +457,20 @@ class IngestJob(SparkJob):
             raise RuntimeError(f"every one of the {len(todo)} WARC files failed (first: {first}); "
                                f"they are recorded in {FILES} and will be retried: check the storage "
                                "credentials and that the files are WARC/ARC")
+
+    def _keep_site_files(self, spark, pages) -> dict:
+        """`bronze.site_files`: the pages of this run that are a host's site-wide file extract reads (TDMRep's
+        `/.well-known/tdmrep.json`: jobs/text/tdmrep.py), a few per host, kept apart so that extract joins them to
+        the host's pages without scanning every page's html.  A lake ingested before the table existed gets it from
+        all of bronze.pages once (the run that creates it)."""
+        from pyspark.sql import functions as F
+
+        path = self.table(SITE_FILES)
+        if table_version(spark, path) is None:
+            pages = spark.read.format("delta").load(self.table(PAGES))
+        files = pages.where(F.col("url").endswith(WELL_KNOWN)).select(
+            "doc_id", "url", "host", "fetch_time", "status", "html", "warc_file", "warc_offset")
+        return merge_table(spark, files, path, "doc_id", sync=False)
 
     def _not_yet_ingested(self, spark, listed: list[dict]) -> list[dict]:
         """Files that bronze.warc_files does not hold as ok at this size (a grown or replaced file is new).  A file

@@ -3,6 +3,7 @@ match deciding; and the extract job joining each origin's latest answer to the o
 from __future__ import annotations
 
 import json
+import shutil
 import pytest
 from deltalake import DeltaTable
 
@@ -68,6 +69,11 @@ def test_extract_reads_each_hosts_latest_file_into_opt_out(spark, tmp_path):
         Page("https://pub.weblm.test/news/story", 200, kind, html),   # another origin: the file does not speak for it
     ])
     IngestJob().run(["--lake", str(lake), "-p", f"warc_dir={warc}"])
+    # ingest keeps the hosts' files apart (extract joins them without scanning every page's html)
+    sites = DeltaTable(str(lake / "bronze" / "site_files")).to_pyarrow_table().to_pylist()
+    assert sorted((r["url"].split("/")[2], r["status"]) for r in sites) == [
+        ("broken.weblm.test", 200), ("lifted.weblm.test", 200), ("lifted.weblm.test", 404),
+        ("none.weblm.test", 404), ("pub.weblm.test", 200)]
     assert ExtractJob().run(["--lake", str(lake)]).status == "ok"
     table = DeltaTable(str(lake / "silver" / "documents")).to_pyarrow_table().to_pylist()
     assert {r["url"]: r["opt_out"] for r in table} == {
@@ -78,3 +84,10 @@ def test_extract_reads_each_hosts_latest_file_into_opt_out(spark, tmp_path):
         "http://broken.weblm.test/page": None,
         "http://lifted.weblm.test/page": None,
         "https://pub.weblm.test/news/story": None}
+
+    # a lake ingested before bronze.site_files existed: the next ingest builds it from all of bronze.pages once
+    shutil.rmtree(lake / "bronze" / "site_files")
+    write_warc(warc / "b.warc.gz", [Page("http://late.weblm.test/page", 200, kind, html)])
+    IngestJob().run(["--lake", str(lake), "-p", f"warc_dir={warc}"])
+    rebuilt = DeltaTable(str(lake / "bronze" / "site_files")).to_pyarrow_table().to_pylist()
+    assert sorted(r["doc_id"] for r in rebuilt) == sorted(r["doc_id"] for r in sites)
