@@ -23,7 +23,8 @@ Starts its own `redis-server` on a free loopback port (no persistence; killed at
    trips, what is Redis; and the commands the scripts call that cost most (calls per URL, microseconds a call).
    Then the payload-digest index (WARC revisit records): microseconds per record, one a call and in the WARC
    writer thread's batches.
-2. Redis memory per 10 M *seen* URLs at FP 1e-6 (target <= 40 MB): a BloomLayout(10_000_000, 1e-6) in one
+2. Redis memory per 10 M *seen* URLs at FP 1e-6 (target <= 40 MB), and (last) what a fetched page's recrawl state
+   adds to its URL record: a BloomLayout(10_000_000, 1e-6) in one
    partition, admitted through `add()` until every block of its first stage exists (a Bloom block is
    allocated whole when first touched, so from then on the filter does not grow up to its 10 M capacity):
    `MEMORY USAGE` summed over the `bf:` keys is the memory for 10 M.  The false-positive rate is measured on
@@ -481,7 +482,44 @@ def memory_section(args, port: int) -> dict:
     print(f"  ratio Bloom(10 M, 1e-6)/SET at 10 M: {bloom_bytes / (set_bytes / args.set_urls * TEN_M):.3f}; "
           f"default config at 10 M/SET: {default / (set_bytes / args.set_urls * TEN_M):.3f}")
     client.flushall()
+    recrawl_state_bytes(client, port, args)
     return {"bloom_bytes": bloom_bytes, "every_block": every, "default_bytes": default}
+
+
+def recrawl_state_bytes(client: redis.Redis, port: int, args) -> None:
+    """What a fetched page's recrawl state (spider/frontier/recrawl.py: validators, body digest, interval, the capture
+    a 304 refers to) adds to its URL record: the same --mem-urls URLs queued with their plain payloads, then with the
+    state a recrawl carries; MEMORY USAGE over the non-Bloom keys (conf/crawl_plan.yaml url_record_bytes)."""
+    import dataclasses
+
+    from spider.frontier import recrawl
+    from spider.frontier.redis_backend import RedisFrontier
+
+    state = {"etag": '"5f3a-61c2b8e4d1a40"', "last_modified": "Tue, 01 Dec 2026 10:00:00 GMT",
+             "digest": recrawl.body_digest(b"page"), "interval": 2592000.0,
+             "capture": recrawl.capture("2026-12-04T19:16:08.201768Z",
+                                        "<urn:uuid:c805281a-cad8-4e5f-a8dd-7b9b1e6c280e>", "u", "u")}
+
+    def carrying(url: NewUrl) -> NewUrl:
+        payload = json.loads(url.payload)
+        payload["meta"][recrawl.META_KEY] = state
+        return dataclasses.replace(url, payload=json.dumps(payload))
+
+    rows = []
+    for name, change in (("plain payload", lambda u: u), ("with the recrawl state", carrying)):
+        client.flushall()
+        f = RedisFrontier(f"redis://127.0.0.1:{port}/0", "benchrec", 1, BloomLayout(TEN_M, 1e-6))
+        urls = [change(u) for u in make_urls(args.mem_urls, args.hosts, tag="r")]
+        add_all(f, urls, args.batch)
+        prefix = f.prefix(0)
+        keys = [k for k in client.scan_iter(match=prefix + "*", count=1000)
+                if not k.startswith((prefix + "bf:").encode())]
+        rows.append((name, sum(len(u.payload) for u in urls) / len(urls), memory_usage(client, keys) / len(urls)))
+        f.close()
+    client.flushall()
+    print(f"  URL record, {args.mem_urls:,} queued URLs: " + "; ".join(
+        f"{name}: {payload:.0f}-B payload, {record:.0f} B/URL" for name, payload, record in rows)
+        + f"; the recrawl state adds {rows[1][2] - rows[0][2]:.0f} B a record")
 
 
 def default_layout_at_10m(per_block: float) -> int:

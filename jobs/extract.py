@@ -20,8 +20,8 @@ from jobs.base import (SparkJob, add_missing_columns, is_empty, merge_table, set
 from jobs.config import ExtractSettings
 from jobs.text.main_text import Extracted
 from jobs.text.opt_out import opt_out
-from jobs.text.tdmrep import RESERVED, WELL_KNOWN, reserved
 from jobs.text.sandbox import DEFAULT_EXTRACTOR, page_extractor
+from jobs.text.tdmrep import RESERVED, WELL_KNOWN, reserved
 from jobs.warc.records import TRUNCATED
 
 log = logging.getLogger("weblm.jobs.extract")
@@ -105,8 +105,8 @@ def _extract_batches(batches: Iterator, cfg: ExtractSettings, extract) -> Iterat
 
 
 def with_tdm_rules(todo, site_files):
-    """`todo` with `tdm_rules`: the body of its origin's latest `/.well-known/tdmrep.json` answer in `site_files`
-    (bronze.site_files, which ingest keeps; None: no such table) when that answer was a 200, else null
+    """`todo` with `tdm_rules`: the body of its origin's latest definite `/.well-known/tdmrep.json` answer (a 200 or
+    a 4xx) in `site_files` (bronze.site_files, which ingest keeps; None: no such table) when it was a 200, else null
     (jobs/text/tdmrep.py reads it per page).  A join, not a broadcast: at web scale the hosts with such a file are
     many.  The file arrives with the crawl's first fetches of its host, so it is in bronze by the time the host's
     pages are extracted; a file a later crawl changes applies to the pages extracted after it (`--full`: to all)."""
@@ -117,7 +117,8 @@ def with_tdm_rules(todo, site_files):
         return todo.withColumn("tdm_rules", F.lit(None).cast("binary"))
     origin = F.lower(F.regexp_extract("url", r"^([A-Za-z][A-Za-z0-9+.-]*://[^/?#]+)", 1))
     latest = Window.partitionBy("origin").orderBy(F.col("fetch_time").desc(), F.col("doc_id"))
-    files = (site_files.where(F.col("url").endswith(WELL_KNOWN))
+    definite = (F.col("status") == 200) | F.col("status").between(400, 499)   # a 5xx leaves the answer before it
+    files = (site_files.where(F.col("url").endswith(WELL_KNOWN) & definite)
              .select(origin.alias("origin"), "fetch_time", "doc_id", "status", "html")
              .withColumn("n", F.row_number().over(latest)).where(F.col("n") == 1)
              .select("origin", F.when(F.col("status") == 200, F.col("html")).alias("tdm_rules")))

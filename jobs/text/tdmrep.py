@@ -8,8 +8,9 @@ RFC 9309 §2.2.3): `*` is any run of characters, a final `$` ends the path, and 
 character; percent-escapes are decoded on both sides before comparing.
 
 The crawl fetches the file once per host (spider: `frontier.tdmrep`) and archives it like any answer; extract joins the
-latest answer per origin to the origin's pages (jobs/extract.py), so it works for any WARC source that holds the file.
-A file that is not such an array declares nothing (the job counts it).
+latest definite answer per origin (a 200, or a 4xx: no file; a 5xx says nothing and the answer before it stands) to
+the origin's pages (jobs/extract.py), so it works for any WARC source that holds the file.  A file that is not such an
+array declares nothing (the crawl counts it: weblm/tdmrep/invalid).
 """
 from __future__ import annotations
 
@@ -65,8 +66,3 @@ def reserved(body: bytes | None, url: str) -> bool:
             return value == 1
     return False
 
-
-def origin_of(url: str) -> str:
-    """scheme://host[:port], lower-cased: the origin a tdmrep.json speaks for."""
-    parts = urlsplit(url)
-    return f"{parts.scheme}://{parts.netloc}".lower()

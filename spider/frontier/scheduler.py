@@ -295,7 +295,7 @@ class FrontierScheduler(BaseScheduler):
         """The host's `/.well-known/tdmrep.json` (W3C TDMRep: site-wide text-and-data-mining reservations, which "a
         TDM Agent MUST check before it starts scraping") joins the frontier like a sitemap: asked once per robots.txt
         fetch, the Bloom filter drops it once known, robots.txt applies.  It is archived, not acted on here: extract
-        reads it from the lake into silver.documents.opt_out (jobs/text/opt_out.py), for this crawl's pages and any
+        reads it from the lake into silver.documents.opt_out (jobs/text/tdmrep.py), for this crawl's pages and any
         other WARC source's."""
         self.stats.inc_value("weblm/tdmrep/asked")
         self.enqueue_request(Request(urljoin(robots_url, "/.well-known/tdmrep.json"), meta={

@@ -8,7 +8,7 @@ import pytest
 from deltalake import DeltaTable
 
 from conftest import PAGES, Page, write_warc
-from jobs.text.tdmrep import origin_of, parse_rules, reserved
+from jobs.text.tdmrep import parse_rules, reserved
 
 RULES = json.dumps([
     {"location": "/news/free-*", "tdm-reservation": 0},
@@ -40,7 +40,6 @@ def test_files_that_declare_nothing_reserve_nothing():
         assert reserved(body, "https://pub.example/news/x") is False, body
     assert parse_rules(b"{}") is None and parse_rules(b"[]") == ()
     assert reserved(json.dumps([{"location": "/", "tdm-reservation": 1}]).encode(), "https://pub.example/a/b")
-    assert origin_of("HTTPS://Pub.Example:8443/a?b") == "https://pub.example:8443"
 
 
 def test_extract_reads_each_hosts_latest_file_into_opt_out(spark, tmp_path):
@@ -67,12 +66,19 @@ def test_extract_reads_each_hosts_latest_file_into_opt_out(spark, tmp_path):
              date="2026-01-31T00:00:00Z"),
         Page("http://lifted.weblm.test/page", 200, kind, html),
         Page("https://pub.weblm.test/news/story", 200, kind, html),   # another origin: the file does not speak for it
+        # a server error after the file says nothing: the file before it stands
+        Page("http://busy.weblm.test/.well-known/tdmrep.json", 200, "application/json", reserve_all,
+             date="2026-01-01T00:00:00Z"),
+        Page("http://busy.weblm.test/.well-known/tdmrep.json", 503, "text/html", b"busy",
+             date="2026-01-31T00:00:00Z"),
+        Page("http://busy.weblm.test/page", 200, kind, html),
     ])
     IngestJob().run(["--lake", str(lake), "-p", f"warc_dir={warc}"])
     # ingest keeps the hosts' files apart (extract joins them without scanning every page's html)
     sites = DeltaTable(str(lake / "bronze" / "site_files")).to_pyarrow_table().to_pylist()
     assert sorted((r["url"].split("/")[2], r["status"]) for r in sites) == [
-        ("broken.weblm.test", 200), ("lifted.weblm.test", 200), ("lifted.weblm.test", 404),
+        ("broken.weblm.test", 200), ("busy.weblm.test", 200), ("busy.weblm.test", 503),
+        ("lifted.weblm.test", 200), ("lifted.weblm.test", 404),
         ("none.weblm.test", 404), ("pub.weblm.test", 200)]
     assert ExtractJob().run(["--lake", str(lake)]).status == "ok"
     table = DeltaTable(str(lake / "silver" / "documents")).to_pyarrow_table().to_pylist()
@@ -83,6 +89,7 @@ def test_extract_reads_each_hosts_latest_file_into_opt_out(spark, tmp_path):
         "http://none.weblm.test/page": None,
         "http://broken.weblm.test/page": None,
         "http://lifted.weblm.test/page": None,
+        "http://busy.weblm.test/page": "tdmrep.json",
         "https://pub.weblm.test/news/story": None}
 
     # a lake ingested before bronze.site_files existed: the next ingest builds it from all of bronze.pages once
