@@ -184,5 +184,5 @@ def _json_list(body: bytes) -> bool:
     """Whether a tdmrep.json answer is the JSON array of rules TDMRep defines (counted; extract reads it)."""
     try:
         return isinstance(json.loads(body), list)
-    except ValueError:
+    except (ValueError, RecursionError):   # not JSON (or not UTF-8), or nested past the parser's depth
         return False

@@ -29,7 +29,7 @@ def parse_rules(body: bytes) -> tuple[tuple[re.Pattern, int | None], ...] | None
     a JSON array.  A rule without a string location is skipped.  Cached: every page of a host carries the same bytes."""
     try:
         data = json.loads(body)
-    except (ValueError, UnicodeDecodeError, TypeError):
+    except (ValueError, TypeError, RecursionError):   # not JSON or not UTF-8, or nested past the parser's depth
         return None
     if not isinstance(data, list):
         return None

@@ -35,8 +35,8 @@ def test_the_first_matching_rule_decides(url, expected):
 
 
 def test_files_that_declare_nothing_reserve_nothing():
-    for body in (None, b"", b"not json", b'{"location": "/*", "tdm-reservation": 1}', b"[1, 2]",
-                 json.dumps([{"tdm-reservation": 1}]).encode()):
+    for body in (None, b"", b"not json", b'{"location": "/*", "tdm-reservation": 1}', b"[1, 2]", b"\xff[]",
+                 b"[" * 100_000, json.dumps([{"tdm-reservation": 1}]).encode()):
         assert reserved(body, "https://pub.example/news/x") is False, body
     assert parse_rules(b"{}") is None and parse_rules(b"[]") == ()
     assert reserved(json.dumps([{"location": "/", "tdm-reservation": 1}]).encode(), "https://pub.example/a/b")
