@@ -23,15 +23,15 @@ Starts its own `redis-server` on a free loopback port (no persistence; killed at
    trips, what is Redis; and the commands the scripts call that cost most (calls per URL, microseconds a call).
    Then the payload-digest index (WARC revisit records): microseconds per record, one a call and in the WARC
    writer thread's batches.
-2. Redis memory per 10 M *seen* URLs at FP 1e-6 (target <= 40 MB), and (last) what a fetched page's recrawl state
-   adds to its URL record: a BloomLayout(10_000_000, 1e-6) in one
+2. Redis memory per 10 M *seen* URLs at FP 1e-6 (target <= 40 MB): a BloomLayout(10_000_000, 1e-6) in one
    partition, admitted through `add()` until every block of its first stage exists (a Bloom block is
    allocated whole when first touched, so from then on the filter does not grow up to its 10 M capacity):
    `MEMORY USAGE` summed over the `bf:` keys is the memory for 10 M.  The false-positive rate is measured on
    --fp-urls fresh URLs at the admitted count, and for the layout filled to 10 M (a numpy replica of its bit
    layout fed random hashes, --sim-urls; 0 skips).  Separately: bytes per *queued* URL (the `e` hash,
    per-host zsets and hashes), the default config's filter at 10 M URLs (the stages it grows to), and the
-   baseline, a Redis SET of 16-byte fingerprints, measured at --set-urls and extrapolated to 10 M.
+   baseline, a Redis SET of 16-byte fingerprints, measured at --set-urls and extrapolated to 10 M.  Last, what a
+   fetched page's recrawl state adds to its URL record (conf/crawl_plan.yaml url_record_bytes).
 """
 from __future__ import annotations
 

@@ -21,7 +21,7 @@ from jobs.config import ExtractSettings
 from jobs.text.main_text import Extracted
 from jobs.text.opt_out import opt_out
 from jobs.text.sandbox import DEFAULT_EXTRACTOR, page_extractor
-from jobs.text.tdmrep import RESERVED, WELL_KNOWN, reserved
+from jobs.text.tdmrep import RESERVED, reserved
 from jobs.warc.records import TRUNCATED
 
 log = logging.getLogger("weblm.jobs.extract")
@@ -118,7 +118,7 @@ def with_tdm_rules(todo, site_files):
     origin = F.lower(F.regexp_extract("url", r"^([A-Za-z][A-Za-z0-9+.-]*://[^/?#]+)", 1))
     latest = Window.partitionBy("origin").orderBy(F.col("fetch_time").desc(), F.col("doc_id"))
     definite = (F.col("status") == 200) | F.col("status").between(400, 499)   # a 5xx leaves the answer before it
-    files = (site_files.where(F.col("url").endswith(WELL_KNOWN) & definite)
+    files = (site_files.where(definite)   # ingest keeps only the /.well-known/tdmrep.json answers there
              .select(origin.alias("origin"), "fetch_time", "doc_id", "status", "html")
              .withColumn("n", F.row_number().over(latest)).where(F.col("n") == 1)
              .select("origin", F.when(F.col("status") == 200, F.col("html")).alias("tdm_rules")))

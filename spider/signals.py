@@ -17,9 +17,9 @@ its size checked there.  Never before, so a handler may forget everything the fi
 
 fetch_recorded = object()
 """Sent with `request=`, `record_id=` and `date=` on the reactor thread when a fetch has been handed to the WARC
-writer: `record_id` is the WARC-Record-ID its response (or revisit) record will carry, `date` their WARC-Date.  A frontier acknowledges a URL
-through that record only, not through any record of the same URL (an earlier refusal of a retried fetch, in an
-earlier file, must not end it before the answer that finished it is durable)."""
+writer: `record_id` is the WARC-Record-ID its response (or revisit) record will carry, `date` their WARC-Date.  A
+frontier acknowledges a URL through that record only, not through any record of the same URL (an earlier refusal
+of a retried fetch, in an earlier file, must not end it before the answer that finished it is durable)."""
 
 warc_flush_requested = object()
 """Sent (no arguments) by the frontier when this worker has nothing left to fetch but holds URLs whose records

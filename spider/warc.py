@@ -347,10 +347,16 @@ class RotatingWarcWriter:
             return True
         return False
 
-    def _response(self, fetch: Fetch, digest: str, record_id: str):
-        headers = {"WARC-Record-ID": record_id, "WARC-Date": fetch.date, "WARC-Payload-Digest": digest}
+    @staticmethod
+    def _fetch_headers(fetch: Fetch, record_id: str) -> dict[str, str]:
+        """The WARC fields every main record of a fetch carries: its id, its date and the address contacted."""
+        headers = {"WARC-Record-ID": record_id, "WARC-Date": fetch.date}
         if fetch.ip_address:
             headers["WARC-IP-Address"] = fetch.ip_address
+        return headers
+
+    def _response(self, fetch: Fetch, digest: str, record_id: str):
+        headers = {**self._fetch_headers(fetch, record_id), "WARC-Payload-Digest": digest}
         if fetch.truncated:
             headers["WARC-Truncated"] = fetch.truncated
         return self._builder.create_warc_record(fetch.url, "response", payload=BytesIO(fetch.response_body),
@@ -359,9 +365,7 @@ class RotatingWarcWriter:
 
     def _revisit(self, fetch: Fetch, digest: str, record_id: str, first: DigestSeen):
         """The HTTP head as received, no payload (WARC 1.1 §6.7.2), as warcio and Heritrix write it."""
-        headers = {"WARC-Record-ID": record_id, "WARC-Date": fetch.date}
-        if fetch.ip_address:
-            headers["WARC-IP-Address"] = fetch.ip_address
+        headers = self._fetch_headers(fetch, record_id)
         if first.record_id:
             headers["WARC-Refers-To"] = first.record_id
         return self._builder.create_revisit_record(fetch.url, digest, first.url, first.date,
@@ -371,10 +375,8 @@ class RotatingWarcWriter:
         """A 304 to a conditional recrawl as Heritrix writes it: a revisit of the server-not-modified profile, the
         304's head as received, referring to the capture whose validators were sent when the frontier kept it
         (WARC-Refers-To, -Date); no WARC-Payload-Digest, which the profile forbids."""
-        headers = {"WARC-Record-ID": record_id, "WARC-Date": fetch.date, "WARC-Profile": NOT_MODIFIED_PROFILE,
+        headers = {**self._fetch_headers(fetch, record_id), "WARC-Profile": NOT_MODIFIED_PROFILE,
                    "WARC-Refers-To-Target-URI": fetch.url}
-        if fetch.ip_address:
-            headers["WARC-IP-Address"] = fetch.ip_address
         before = fetch.not_modified_of
         if before is not None:
             headers["WARC-Refers-To-Target-URI"] = before.url
