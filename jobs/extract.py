@@ -21,7 +21,7 @@ from jobs.config import ExtractSettings
 from jobs.text.main_text import Extracted
 from jobs.text.opt_out import opt_out
 from jobs.text.sandbox import DEFAULT_EXTRACTOR, page_extractor
-from jobs.text.tdmrep import RESERVED, reserved
+from tdmrep import RESERVED, reserved
 from jobs.warc.records import TRUNCATED
 
 log = logging.getLogger("weblm.jobs.extract")

@@ -34,7 +34,7 @@ from typing import Iterator
 import storage
 from conf import ConfigError
 from jobs.base import SparkJob, merge_table, table_version
-from jobs.text.tdmrep import WELL_KNOWN
+from tdmrep import WELL_KNOWN
 from jobs.warc.files import read_warc
 from jobs.warc.records import BRONZE_COLUMNS, SKIP_COLUMNS, TRUNCATED
 

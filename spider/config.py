@@ -52,7 +52,7 @@ class FrontierConfig:
     robots_max_bytes: int
     robots_max_redirects: int
     sitemaps: bool
-    tdmrep: bool
+    tdmrep: str | bool   # respect | archive | off (YAML reads off as false; true is respect): a str once built
     sitemap_max_urls: int
     sitemap_max_bytes: int
     trap_years: list[int]
@@ -77,6 +77,11 @@ class FrontierConfig:
                              f"({self.recrawl_max_s}); recrawl_inc_rate >= 0, 0 <= recrawl_dec_rate < 1")
         if self.delay_jitter < 0:
             raise ValueError("frontier.delay_jitter must be >= 0: jitter only lengthens a gap")
+        mode = {True: "respect", False: "off"}.get(self.tdmrep, self.tdmrep)  # type: ignore[call-overload]
+        if mode not in ("respect", "archive", "off"):
+            raise ValueError(f"frontier.tdmrep={self.tdmrep!r}: respect (reserved pages are not fetched), archive "
+                             f"(fetched and archived; the lake drops them) or off")
+        object.__setattr__(self, "tdmrep", mode)
         if len(self.trap_years) != 2:
             raise ValueError("frontier.trap_years is [earliest year, years ahead], e.g. [1990, 1]")
 

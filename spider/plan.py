@@ -32,6 +32,8 @@ they are computed (every rate in pages/s, every size in decimal bytes):
                                                                 a worker's cache holds an address dns_cache_ttl_s;
                                                                 a host's next fetch may land on any worker
     robots.txt    = hosts x (1 + active_s / robots_ttl_s) / pass,  active_s = min(pages per host x revisit, pass)
+                                                                frontier.tdmrep asks each host's TDMRep file
+                                                                with its robots.txt: as many requests again
 
 The worked example (the defaults): 10 B pages every 30 days need 3,858 pages/s; at 4 pages/s per worker
 (16 slots / 4 s per fetch) that is 965 workers on 61 sixteen-core machines, and 10 B x 122 kB = 1.22 PB of

@@ -1,7 +1,6 @@
 """The spider: seeds in, links followed within the allowed hosts, every failure counted."""
 from __future__ import annotations
 
-import json
 import logging
 from urllib.parse import urldefrag, urljoin, urlsplit
 
@@ -10,6 +9,8 @@ from scrapy.http import Request, TextResponse
 from scrapy.linkextractors import LinkExtractor
 from scrapy.utils.gz import gunzip
 from scrapy.utils.sitemap import Sitemap
+
+import tdmrep
 
 from spider.config import CrawlConfig
 from spider.errors import failure_kind
@@ -64,7 +65,7 @@ class WebSpider(scrapy.Spider):
             yield from self.parse_sitemap(response)
             return
         if response.meta.get("weblm_tdmrep"):    # /.well-known/tdmrep.json: archived for extract, no links
-            self.crawler.stats.inc_value(f"weblm/tdmrep/{'found' if _json_list(response.body) else 'invalid'}")
+            self.crawler.stats.inc_value(f"weblm/tdmrep/{'found' if tdmrep.declares(response.body) else 'invalid'}")
             return
         if not isinstance(response, TextResponse):
             self.crawler.stats.inc_value("weblm/parse/not_text")  # images, PDFs: archived, not followed
@@ -179,10 +180,3 @@ class WebSpider(scrapy.Spider):
                 logger.debug("not crawling %s: %s", url, reason)
         return False
 
-
-def _json_list(body: bytes) -> bool:
-    """Whether a tdmrep.json answer is the JSON array of rules TDMRep defines (counted; extract reads it)."""
-    try:
-        return isinstance(json.loads(body), list)
-    except (ValueError, RecursionError):   # not JSON (or not UTF-8), or nested past the parser's depth
-        return False

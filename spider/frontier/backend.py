@@ -79,6 +79,9 @@ class RobotsRecord:
     fetched_at: float
     expires: float     # refetch after this (24 h for answers, a short error TTL for failures)
     detail: str = ""   # e.g. "HTTP 503" or "TimeoutError", for logs and metrics
+    # the host's /.well-known/tdmrep.json asked with it (frontier.tdmrep: respect): a 200's body (at most
+    # robots_max_bytes), b"" when the host declares nothing or the file could not be read; None: not asked
+    tdm: bytes | None = None
 
 
 @dataclass(frozen=True)

@@ -68,7 +68,7 @@ CREATE TRIGGER IF NOT EXISTS urls_counted_moved AFTER UPDATE OF state ON urls WH
 END;
 CREATE TABLE IF NOT EXISTS robots (
     host TEXT PRIMARY KEY, status TEXT NOT NULL, body BLOB NOT NULL, fetched_at REAL NOT NULL,
-    expires REAL NOT NULL, detail TEXT NOT NULL
+    expires REAL NOT NULL, detail TEXT NOT NULL, tdm BLOB
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS robots_by_status ON robots (status);
 CREATE TABLE IF NOT EXISTS digests (
@@ -168,13 +168,16 @@ class SqliteFrontier(FrontierBackend):
 
     def _add_owner_columns(self) -> None:
         """A frontier file written before leases had owners gets the columns (NULL: anyone's), and before a host's
-        leases were numbered, the count (0: a release that names a lease finds a later one and keeps the record)."""
+        leases were numbered, the count (0: a release that names a lease finds a later one and keeps the record), and
+        before a host's TDMRep file rode with its robots.txt, that column (NULL: not asked)."""
         with self._transaction() as db:
             for table in ("urls", "hosts"):
                 if "owner" not in {row[1] for row in db.execute(f"PRAGMA table_info({table})")}:
                     db.execute(f"ALTER TABLE {table} ADD COLUMN owner TEXT")
             if "leases" not in {row[1] for row in db.execute("PRAGMA table_info(hosts)")}:
                 db.execute("ALTER TABLE hosts ADD COLUMN leases INTEGER NOT NULL DEFAULT 0")
+            if "tdm" not in {row[1] for row in db.execute("PRAGMA table_info(robots)")}:
+                db.execute("ALTER TABLE robots ADD COLUMN tdm BLOB")
 
     @contextmanager
     def batch(self):
@@ -377,14 +380,15 @@ class SqliteFrontier(FrontierBackend):
 
     def robots_get(self, host: str) -> RobotsRecord | None:
         with self._lock:
-            row = self._db.execute("SELECT status, body, fetched_at, expires, detail FROM robots WHERE host = ?",
+            row = self._db.execute("SELECT status, body, fetched_at, expires, detail, tdm FROM robots WHERE host = ?",
                                    (host,)).fetchone()
         return RobotsRecord(*row) if row else None
 
     def robots_put(self, host: str, record: RobotsRecord) -> None:
         with self._lock:
-            self._db.execute("INSERT OR REPLACE INTO robots VALUES (?, ?, ?, ?, ?, ?)",
-                             (host, record.status, record.body, record.fetched_at, record.expires, record.detail))
+            self._db.execute("INSERT OR REPLACE INTO robots VALUES (?, ?, ?, ?, ?, ?, ?)",
+                             (host, record.status, record.body, record.fetched_at, record.expires, record.detail,
+                              record.tdm))
 
     # --- scope -------------------------------------------------------------------------------------------
     def scope_add(self, hosts: list[str]) -> None:

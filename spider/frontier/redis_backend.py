@@ -12,7 +12,7 @@ Cluster.  A partition holds, under `<namespace>:{p}:`:
               (these five sorted sets keep times as whole milliseconds: common.lua says why)
     own       hash   id -> owner of its lease or hold (backend.py: only the owner may change them)
     h:<host>  hash   next, delay, errors, blocked, admitted, owner (of the lease it is busy with), leases (count)
-    r:<host>  hash   robots.txt record
+    r:<host>  hash   robots.txt record (and the host's tdmrep.json asked with it, frontier.tdmrep: respect)
     bf:<stage>:<block> string  Bloom filter blocks (spider/frontier/bloom.py);  bm hash: admitted
     dg        hash   payload digest -> first capture;  stat hash: queued, expired_leases, robots_<status>
 
@@ -370,7 +370,7 @@ class RedisFrontier(FrontierBackend):
         if not raw:
             return None
         return RobotsRecord(raw[b"status"].decode(), raw[b"body"], float(raw[b"fetched"]), float(raw[b"expires"]),
-                            raw[b"detail"].decode())
+                            raw[b"detail"].decode(), raw.get(b"tdm"))
 
     def robots_put(self, host: str, record: RobotsRecord) -> None:
         self._call(self._robots_put(host, record))
@@ -378,7 +378,8 @@ class RedisFrontier(FrontierBackend):
     def _robots_put(self, host: str, record: RobotsRecord) -> list[Command]:
         return [self._script("robots_put", self.partition(host), [host, record.status, record.body,
                                                                   repr(record.fetched_at), repr(record.expires),
-                                                                  record.detail])]
+                                                                  record.detail,
+                                                                  *([] if record.tdm is None else [record.tdm])])]
 
     def digest_firsts(self, items: list[tuple[str, DigestSeen]]) -> list[DigestSeen | None]:
         pipe = self.client.pipeline(transaction=False)  # each HSETNX, then the HGET of what it left: one round trip

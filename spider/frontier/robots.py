@@ -4,6 +4,7 @@ How an answer becomes a record (§2.3.1): 2xx → the body, parsed with Protego 
 match); 4xx → no rules ("unavailable": allow all); 5xx, 429 and network errors → "unreachable": disallow all, and
 ask again after `frontier.robots_error_ttl_s`; more than `robots_max_redirects` redirects → unavailable (§2.3.1.2).
 A record is used for at most `robots_ttl_s` (24 h, §2.4).  Only the first `robots_max_bytes` are parsed (§2.5).
+With `frontier.tdmrep: respect` the host's TDMRep file is asked right after robots.txt and rides in the same record.
 """
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from dataclasses import dataclass
 
 from protego import Protego
 
+import tdmrep
 from spider.frontier.backend import RobotsRecord
 
 
@@ -26,6 +28,11 @@ class Robots:
         if self.record.status == "allow_all" or self.parser is None:
             return True
         return self.parser.can_fetch(url, user_agent)
+
+    def reserved(self, url: str) -> bool:
+        """Whether the host's TDMRep file, asked with this robots.txt (`record.tdm`), reserves text and data mining
+        on `url` (the rules: tdmrep/)."""
+        return bool(self.record.tdm) and tdmrep.reserved(self.record.tdm, url)
 
     def sitemaps(self) -> list[str]:
         """The file's `Sitemap:` URLs (they apply to every user agent), as written."""

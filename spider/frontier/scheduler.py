@@ -8,6 +8,9 @@ which also leases the next URLs into a small local buffer (Frontera's refill: on
 Per leased URL: its host's robots.txt record comes with the lease (fetched once per host for the cluster, here,
 by the worker that holds the host); a disallowed URL is acknowledged unfetched and refunded from the host's budget.
 The sitemaps a fetched robots.txt lists join the frontier as URLs the spider reads as sitemaps (`frontier.sitemaps`).
+With `frontier.tdmrep: respect` the host's TDMRep file (/.well-known/tdmrep.json) is asked next, one delay later, and
+rides in the same record: a URL it reserves is acknowledged unfetched like a disallowed one (`archive`: the file joins
+the frontier as a URL, and every page is fetched).
 An allowed one is sent; when its fetch ends (FetchOutcomeMiddleware) the host is released until the time
 politeness says (spider/frontier/politeness.py) and the URL is *held* until the WARC record of that fetch
 (`fetch_recorded` names it) is in a durable file (`warc_file_durable`), then acknowledged.  A retry goes back to
@@ -35,10 +38,11 @@ from twisted.internet import task
 from twisted.python.threadpool import ThreadPool
 from twisted.internet.threads import deferToThreadPool
 
+import tdmrep
 from spider.config import CrawlConfig
 from spider.frontier import robots as robotstxt
 from spider.frontier.admission import Admission
-from spider.frontier.backend import FrontierBackend, HostState, Leased, NewUrl, Unapplied
+from spider.frontier.backend import FrontierBackend, HostState, Leased, NewUrl, RobotsRecord, Unapplied
 from spider.frontier import open_backend
 from spider.frontier.bloom import url_hashes
 from spider.frontier.canonical import Canonicalizer
@@ -50,6 +54,7 @@ from spider.signals import DurableWarc, fetch_recorded, warc_file_durable, warc_
 logger = logging.getLogger(__name__)
 
 ROBOTS_META = "weblm_robots_for"
+TDMREP_META = "weblm_tdmrep_for"   # frontier.tdmrep: respect: the host's TDMRep file, asked right after its robots.txt
 LEASE_META = "weblm_lease"
 # Meta keys that travel with a URL through the frontier (JSON); the rest is per attempt.
 CARRIED_META = ("depth", "weblm_seed", "weblm_parent", "weblm_sitemap", "weblm_tdmrep", "retry_times",
@@ -92,6 +97,8 @@ class FrontierScheduler(BaseScheduler):
         self._seq = itertools.count()
         self._robots: dict[str, robotstxt.Robots] = {}  # host[:port] -> rules, until they expire
         self._robots_waiting: dict[str, list[InHand]] = defaultdict(list)  # host[:port] -> URLs waiting for them
+        # host[:port] -> (its robots.txt record, the answer's URL, the URL asked) while its TDMRep file is asked
+        self._tdm_asking: dict[str, tuple[RobotsRecord, str, str]] = {}
         self._in_hand: dict[str, InHand] = {}          # id -> leased or held by this worker
         self._held: set[str] = set()
         self._sent: set[str] = set()                  # ids sent to the downloader and not yet finished
@@ -149,6 +156,10 @@ class FrontierScheduler(BaseScheduler):
         hosts = {item.lease.host: item.lease for item in self._buffer}
         hosts.update((lease.host, lease) for lease in (self._in_hand[id_].lease for id_ in parked))
         self._robots_in_flight = {key: items[0].lease for key, items in self._robots_waiting.items() if items}
+        for _, _, request in self._delayed:  # a robots.txt hop or TDMRep file parked: no answer will release its host
+            lease = self._robots_in_flight.pop(request.meta.get(ROBOTS_META) or request.meta.get(TDMREP_META), None)
+            if lease is not None:
+                hosts[lease.host] = lease
         self._buffer.clear()
         self._robots_waiting.clear()
         self._delayed.clear()
@@ -175,7 +186,7 @@ class FrontierScheduler(BaseScheduler):
         return not self._saw_work and time.monotonic() - self._opened < JOIN_WAIT_S
 
     def enqueue_request(self, request: Request) -> bool:
-        if ROBOTS_META in request.meta:  # a robots.txt redirect hop: after the host's delay
+        if ROBOTS_META in request.meta or TDMREP_META in request.meta:  # a redirect hop: after the host's delay
             self._park(request, time.time() + self.cfg.download_delay_s)
             return True
         lease_id = request.meta.get(LEASE_META)
@@ -192,10 +203,13 @@ class FrontierScheduler(BaseScheduler):
             self.stats.inc_value(f"weblm/filtered/{reason}")
             return False
         rules = self._robots.get(robots_key(url))
-        if rules is not None and rules.record.status == "parsed" and self.cfg.obey_robots \
-                and rules.record.expires > time.time() and not rules.allowed(url, self.user_agent):
-            self.stats.inc_value("weblm/robots_denied")  # known rules: never queued, never leased
-            return False
+        # known rules (a host disallowed for a failed robots.txt is asked again later: its URLs are queued)
+        if rules is not None and rules.record.status != "disallow_all" and self.cfg.obey_robots \
+                and rules.record.expires > time.time():
+            refusal = self._refusal(rules, url)
+            if refusal is not None:
+                self.stats.inc_value(refusal)  # known rules: never queued, never leased
+                return False
         key = self.canon.key(url)
         seed = bool(request.meta.get("weblm_seed"))
         priority = (self.cfg.frontier.seed_boost if seed else 0) - depth
@@ -234,22 +248,40 @@ class FrontierScheduler(BaseScheduler):
         rules = self._robots.get(key)
         if not self.cfg.obey_robots:
             return self._send(item)
-        if rules is None or rules.record.expires <= now:
+        if rules is None or rules.record.expires <= now or not self._tdm_known(rules):
             waiting = self._robots_waiting[key]
             waiting.append(item)
             if len(waiting) == 1:
                 return self._robots_request(key, item.url)
             return None
-        if rules.allowed(item.url, self.user_agent):
+        refusal = self._refusal(rules, item.url)
+        if refusal is None:
             return self._send(item)
-        self._deny(item, rules, now)
+        self._deny(item, rules, now, refusal)
         self._release(item.lease, now)  # nothing was sent: the host's last fetch ended long enough ago
         return None
 
-    def _deny(self, item: InHand, rules: robotstxt.Robots, now: float) -> None:
-        """robots.txt disallows the URL: done unfetched, and it no longer counts against its host's budget."""
-        self.stats.inc_value("weblm/robots_denied")
-        logger.debug("robots.txt disallows %s", item.url)
+    def _tdm_known(self, rules: robotstxt.Robots) -> bool:
+        """Whether the record says all the TDMRep setting needs: with `respect`, the host's file was asked with it (a
+        record from before, or from a worker that did not ask, is asked again; a disallowed host needs no file)."""
+        return self.cfg.frontier.tdmrep != "respect" or rules.record.tdm is not None or (
+            rules.record.status == "disallow_all")
+
+    def _refusal(self, rules: robotstxt.Robots, url: str) -> str | None:
+        """Why the URL is not fetched (the stat counted), or None: robots.txt disallows it, or (frontier.tdmrep:
+        respect) the host's TDMRep file reserves text and data mining on it."""
+        if not rules.allowed(url, self.user_agent):
+            return "weblm/robots_denied"
+        if self.cfg.frontier.tdmrep == "respect" and rules.reserved(url):
+            return "weblm/tdmrep/reserved"
+        return None
+
+    def _deny(self, item: InHand, rules: robotstxt.Robots, now: float, refusal: str = "weblm/robots_denied") -> None:
+        """robots.txt disallows the URL, or its host's TDMRep file reserves it (`refusal`): done unfetched, and it no
+        longer counts against its host's budget; asked again when it is due for a recrawl."""
+        self.stats.inc_value(refusal)
+        logger.debug("%s: %s", "robots.txt disallows" if refusal == "weblm/robots_denied" else
+                     "the host's tdmrep.json reserves", item.url)
         self._forget(item.lease.id)
         # a robots.txt that failed is asked again after its short TTL: the URL comes back with it
         refetch = rules.record.expires if rules.record.status == "disallow_all" else self._refetch_at(item, now)
@@ -284,22 +316,90 @@ class FrontierScheduler(BaseScheduler):
         else:
             record = robotstxt.from_answer(response.status, response.body, time.time(), f.robots_ttl_s,
                                            f.robots_error_ttl_s, f.robots_max_bytes)
-        self._robots_known(response.meta[ROBOTS_META], record)
-        if record.status == "parsed" and f.sitemaps and not self._closing:
-            self._enqueue_sitemaps(self._robots[response.meta[ROBOTS_META]], response.url)
-        if f.tdmrep and record.status != "disallow_all" and not self._closing:
-            self._enqueue_tdmrep((response.meta.get("redirect_urls") or [response.url])[0])
+        key, asked = response.meta[ROBOTS_META], (response.meta.get("redirect_urls") or [response.url])[0]
+        if f.tdmrep == "respect" and record.status != "disallow_all" and not self._closing:
+            self._ask_tdmrep(key, record, response.url, asked)
+        else:
+            self._robots_settled(key, record, response.url, asked)
         return []
 
+    def _robots_settled(self, key: str, record: RobotsRecord, url: str, asked: str) -> None:
+        """The host's record is complete: its URLs go on, its sitemaps (and with `archive` its TDMRep file) join the
+        frontier.  `url`: where robots.txt answered from; `asked`: the robots.txt URL asked."""
+        f = self.cfg.frontier
+        self._robots_known(key, record)
+        if record.status == "parsed" and f.sitemaps and not self._closing:
+            self._enqueue_sitemaps(self._robots[key], url)
+        if f.tdmrep == "archive" and record.status != "disallow_all" and not self._closing:
+            self._enqueue_tdmrep(asked)
+
     def _enqueue_tdmrep(self, robots_url: str) -> None:
-        """The host's `/.well-known/tdmrep.json` (W3C TDMRep: site-wide text-and-data-mining reservations, which "a
-        TDM Agent MUST check before it starts scraping") joins the frontier like a sitemap: asked once per robots.txt
-        fetch, the Bloom filter drops it once known, robots.txt applies.  It is archived, not acted on here: extract
-        reads it from the lake into silver.documents.opt_out (jobs/text/tdmrep.py), for this crawl's pages and any
+        """`frontier.tdmrep: archive`: the host's `/.well-known/tdmrep.json` joins the frontier like a sitemap: asked
+        once per robots.txt fetch, the Bloom filter drops it once known, robots.txt applies.  It is archived, not acted
+        on here: extract reads it from the lake into silver.documents.opt_out (tdmrep/), for this crawl's pages and any
         other WARC source's."""
         self.stats.inc_value("weblm/tdmrep/asked")
-        self.enqueue_request(Request(urljoin(robots_url, "/.well-known/tdmrep.json"), meta={
+        self.enqueue_request(Request(urljoin(robots_url, tdmrep.WELL_KNOWN), meta={
             "depth": 1, "weblm_tdmrep": True, "weblm_parent": robots_url}))
+
+    def _ask_tdmrep(self, key: str, record: RobotsRecord, url: str, asked: str) -> None:
+        """`frontier.tdmrep: respect`: the host's `/.well-known/tdmrep.json` (W3C TDMRep: site-wide
+        text-and-data-mining reservations, which "a TDM Agent MUST check before it starts scraping") is asked right
+        after its robots.txt, once the host's delay has passed; the host's URLs wait for both.  Its answer rides in
+        the robots.txt record, for the whole cluster, and the pages it reserves are not fetched.  It is archived like
+        any fetch, so the lake reads it too."""
+        self._tdm_asking[key] = (record, url, asked)
+        self.stats.inc_value("weblm/tdmrep/asked")
+        f = self.cfg.frontier
+        waiting = self._robots_waiting.get(key)
+        state = with_crawl_delay(self.cfg, waiting[0].lease.host_state if waiting else HostState(),
+                                 robotstxt.parse(record).crawl_delay(self.user_agent))
+        next_at, _ = after_fetch(self.cfg, state, time.time(), failed=False)
+        meta = {TDMREP_META: key, "weblm_parent": asked, "dont_retry": True, "allow_offsite": True,
+                "redirect_ttl": f.robots_max_redirects,
+                "download_slot": politeness_key(asked, f.politeness_key),
+                "download_maxsize": max(f.robots_max_bytes * 4, 2 ** 20)}
+        self._park(Request(urljoin(asked, tdmrep.WELL_KNOWN), callback=self._tdmrep_answer,
+                           errback=self._tdmrep_failed, meta=meta, dont_filter=True, priority=1000), next_at)
+
+    def _tdmrep_answer(self, response):
+        """A 2xx is the host's file (counted found, or invalid when it is not TDMRep's JSON array: then it declares
+        nothing); a 4xx or too many redirects: the host declares nothing (absent); a 5xx or 429: nothing known
+        (unreachable), so nothing is reserved and robots.txt and the file are asked again after robots_error_ttl_s."""
+        f = self.cfg.frontier
+        status = response.status
+        if 200 <= status < 300:
+            body = response.body[:f.robots_max_bytes]
+            self.stats.inc_value(f"weblm/tdmrep/{'found' if tdmrep.declares(body) else 'invalid'}")
+            self._tdm_settled(response.meta[TDMREP_META], body)
+        elif status == 429 or status >= 500:
+            self._tdm_settled(response.meta[TDMREP_META], None, f"HTTP {status}")
+        else:
+            self.stats.inc_value("weblm/tdmrep/absent")
+            self._tdm_settled(response.meta[TDMREP_META], b"")
+        return []
+
+    def _tdmrep_failed(self, failure):
+        from spider.errors import failure_kind
+        response = getattr(failure.value, "response", None)
+        if response is not None:
+            return self._tdmrep_answer(response)
+        if "redirect" in failure.getErrorMessage().lower():   # past robots_max_redirects: no file where it belongs
+            self.stats.inc_value("weblm/tdmrep/absent")
+            return self._tdm_settled(failure.request.meta[TDMREP_META], b"")
+        self._tdm_settled(failure.request.meta[TDMREP_META], None,
+                          f"{failure_kind(failure)}: {failure.getErrorMessage()[:300]}")
+
+    def _tdm_settled(self, key: str, body: bytes | None, error: str = "") -> None:
+        """The file's answer joins the host's robots.txt record (`body` None: it could not be read)."""
+        record, url, asked = self._tdm_asking.pop(key)
+        if body is None:
+            self.stats.inc_value("weblm/tdmrep/unreachable")
+            expires = min(record.expires, time.time() + self.cfg.frontier.robots_error_ttl_s)
+            logger.warning("tdmrep.json for %s could not be read (%s): nothing reserved for now; asked again at %s",
+                           key, error, time.strftime("%H:%M:%S", time.localtime(expires)))
+            record, body = replace(record, expires=expires), b""
+        self._robots_settled(key, replace(record, tdm=body), url, asked)
 
     def _enqueue_sitemaps(self, rules: robotstxt.Robots, robots_url: str) -> None:
         """robots.txt's `Sitemap:` lines (sitemaps.org) join the frontier as URLs one hop from the host, marked so
@@ -358,10 +458,11 @@ class FrontierScheduler(BaseScheduler):
         next_at, state = after_fetch(self.cfg, state, now, failed=False)
         for item in waiting:
             item.lease = replace(item.lease, host_state=state)
-        allowed = [item for item in waiting if rules.allowed(item.url, self.user_agent)]
-        for item in waiting:
-            if item not in allowed:
-                self._deny(item, rules, now)
+        refusals = [self._refusal(rules, item.url) for item in waiting]
+        allowed = [item for item, refusal in zip(waiting, refusals) if refusal is None]
+        for item, refusal in zip(waiting, refusals):
+            if refusal is not None:
+                self._deny(item, rules, now, refusal)
         if allowed:
             # the robots.txt fetch was a request to the host: its URL waits out the delay
             self._park(self._send(allowed[0]), next_at)

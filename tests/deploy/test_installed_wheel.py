@@ -26,7 +26,7 @@ from localweb import LocalWeb, load_config
 from tests.support.redisserver import RedisServer
 
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = ("conf", "storage", "localweb", "spider", "jobs", "trainer", "demo")  # setup.cfg's packages.find
+PACKAGES = ("conf", "storage", "tdmrep", "localweb", "spider", "jobs", "trainer", "demo")  # setup.cfg's packages.find
 # Files of the package folders that stay in the checkout, and why.
 CHECKOUT_ONLY = {
     "jobs/jars/pom.xml": "`make jars` resolves the local Spark's jars from it; a cluster gets Delta with --packages",

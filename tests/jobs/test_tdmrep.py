@@ -8,7 +8,7 @@ import pytest
 from deltalake import DeltaTable
 
 from conftest import PAGES, Page, write_warc
-from jobs.text.tdmrep import parse_rules, reserved
+from tdmrep import parse_rules, reserved
 
 RULES = json.dumps([
     {"location": "/news/free-*", "tdm-reservation": 0},

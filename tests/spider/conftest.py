@@ -18,3 +18,18 @@ def raw_server():
     yield start
     for server in started:
         server.close()
+
+
+@pytest.fixture(params=["embedded", "redis"])
+def frontier(request, tmp_path):
+    """Overrides naming the crawl's frontier: none (the embedded one crawl_command names), or a real Redis server's
+    URL."""
+    if request.param == "embedded":
+        yield []
+        return
+    from tests.support.redisserver import RedisServer
+    server = RedisServer(tmp_path / "redis")
+    try:
+        yield [f"frontier.url={server.url}"]
+    finally:
+        server.stop()

@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parents[2]
 # Small and fast, but every politeness mechanism still on.
 # frontier.tdmrep off: each test pins the fetches of the behaviour it checks; tests/spider/test_tdmrep_fetch.py turns it on
 FAST = ["download_delay_s=0.01", "randomize_delay=false", "download_timeout_s=2", "retry_times=1",
-        "progress_interval_s=1", "log_level=INFO", "frontier.ssrf_allow=[127.0.0.1]", "frontier.tdmrep=false"]
+        "progress_interval_s=1", "log_level=INFO", "frontier.ssrf_allow=[127.0.0.1]", "frontier.tdmrep=off"]
 
 
 @dataclass

@@ -19,7 +19,8 @@ URLS = ("http://a.weblm.test/1", "http://b.weblm.test/1", "http://c.weblm.test/1
 
 
 def scheduler_with(expires: float) -> FrontierScheduler:
-    """A scheduler holding three leased, unsent URLs (robots.txt known, allowing all); no backend is called."""
+    """A scheduler holding three leased, unsent URLs (robots.txt and the TDMRep file known, allowing all); no backend
+    is called."""
     stats = Counter()
     crawler = SimpleNamespace(settings={"WEBLM_CRAWL_CONFIG": load_crawl_config()},
                               stats=SimpleNamespace(inc_value=lambda key, n=1: stats.update({key: n}), counts=stats))
@@ -32,7 +33,7 @@ def scheduler_with(expires: float) -> FrontierScheduler:
                       hot=False)
         s._in_hand[id_] = item
         s._buffer.append(item)
-        s._robots[robots_key(url)] = robotstxt.parse(RobotsRecord("allow_all", b"", now, now + 3600))
+        s._robots[robots_key(url)] = robotstxt.parse(RobotsRecord("allow_all", b"", now, now + 3600, tdm=b""))
     return s
 
 

@@ -97,20 +97,6 @@ def _site(server, fetches):
     return answer
 
 
-@pytest.fixture(params=["embedded", "redis"])
-def frontier(request, tmp_path):
-    """The frontier's URL: the embedded one crawl_command names, or a real Redis server."""
-    if request.param == "embedded":
-        yield []
-        return
-    from tests.support.redisserver import RedisServer
-    redis = RedisServer(tmp_path / "redis")
-    try:
-        yield [f"frontier.url={redis.url}"]
-    finally:
-        redis.stop()
-
-
 def test_a_recrawl_asks_conditionally_archives_the_304_and_adapts_each_pages_interval(tmp_path, raw_server, frontier):
     from rawhttp import RawHttpServer
 

@@ -367,6 +367,21 @@ class FrontierContract:
         assert fb.robots_get("a.test").status == "disallow_all"
         assert fb.counts(T0)["robots_disallow_all"] == 1
 
+    def test_a_hosts_tdmrep_file_rides_in_its_robots_record(self, fb):
+        """frontier.tdmrep: respect keeps the host's TDMRep file with its robots.txt: asked (a body, or b"" for
+        none), or not asked (None); a record written again without it drops the old file."""
+        rules = b'[{"location": "/private/*", "tdm-reservation": 1}]'
+        with_file = RobotsRecord("parsed", b"User-agent: *\nAllow: /\n", T0, T0 + 86400, "HTTP 200", rules)
+        fb.robots_put("a.test", with_file)
+        fb.robots_put("b.test", RobotsRecord("allow_all", b"", T0, T0 + 86400, "HTTP 404", b""))
+        other = self.reopen(fb)
+        try:
+            assert other.robots_get("a.test") == with_file and other.robots_get("b.test").tdm == b""
+        finally:
+            other.close()
+        fb.robots_put("a.test", replace(with_file, tdm=None))
+        assert fb.robots_get("a.test").tdm is None
+
     def test_a_url_of_a_host_outside_the_scope_is_refused_and_not_marked_seen(self, fb):
         fb.scope_add(["a.test"])
         offsite = replace(url("http://b.test/1"), in_scope=False)

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from spider.frontier.backend import DigestSeen, HostState
+from spider.frontier.backend import DigestSeen, HostState, RobotsRecord
 from spider.frontier.bloom import BloomLayout
 from spider.frontier.embedded import SqliteFrontier
 from tests.spider.frontier.contract import SMALL, T0, FrontierContract, url, urls_of
@@ -206,5 +206,21 @@ def test_a_frontier_file_from_before_lease_numbers_gets_them(tmp_path):
         assert fb.host_state("a.test").delay_s == 2.0 and fb.counts(T0 + 62)["busy_hosts"] == 0
         (new,) = fb.lease(1, T0 + 62, 60)
         assert new.host_lease == 2 and fb.release_host("a.test", T0 + 63, None, 1) is False
+    finally:
+        fb.close()
+
+
+def test_a_frontier_file_from_before_tdmrep_files_reads_its_robots_records_as_not_asked(tmp_path):
+    path = tmp_path / "frontier.sqlite"
+    fb = SqliteFrontier(str(path), SMALL)
+    fb.robots_put("a.test", RobotsRecord("allow_all", b"", T0, T0 + 86400, "HTTP 404"))
+    fb.close()
+    with sqlite3.connect(path) as db:
+        db.execute("ALTER TABLE robots DROP COLUMN tdm")
+    fb = SqliteFrontier(str(path), SMALL)
+    try:   # frontier.tdmrep: respect asks this host's robots.txt and file again
+        assert fb.robots_get("a.test") == RobotsRecord("allow_all", b"", T0, T0 + 86400, "HTTP 404", None)
+        fb.robots_put("a.test", RobotsRecord("allow_all", b"", T0, T0 + 86400, "HTTP 404", b"[]"))
+        assert fb.robots_get("a.test").tdm == b"[]"
     finally:
         fb.close()

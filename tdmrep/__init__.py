@@ -5,12 +5,14 @@ A page's path is matched against the locations in order and the first that match
 specific match is the first in sequence"); `tdm-reservation: 1` reserves the page, 0 does not, and any other value is
 a protocol error read as unset.  Locations use robots.txt's pattern syntax (TDMRep points to draft-koster-rep, now
 RFC 9309 §2.2.3): `*` is any run of characters, a final `$` ends the path, and the match starts at the path's first
-character; percent-escapes are decoded on both sides before comparing.
+character; percent-escapes are decoded on both sides before comparing.  A file that is not such an array declares
+nothing.
 
-The crawl fetches the file once per host (spider: `frontier.tdmrep`) and archives it like any answer; extract joins the
-latest definite answer per origin (a 200, or a 4xx: no file; a 5xx says nothing and the answer before it stands) to
-the origin's pages (jobs/extract.py), so it works for any WARC source that holds the file.  A file that is not such an
-array declares nothing (the crawl counts it: weblm/tdmrep/invalid).
+Shared by the crawl and the lake (like `storage`): the file's format is the seam, these rules read it the same way on
+both sides.  The crawl asks each host for its file with its robots.txt (spider: `frontier.tdmrep`); with `respect` it
+leaves the pages the file reserves unfetched, and either way it archives the answer.  Extract joins the latest definite
+answer per origin (a 200, or a 4xx: no file; a 5xx says nothing and the answer before it stands) to the origin's pages
+(jobs/extract.py), so it works for any WARC source that holds the file.
 """
 from __future__ import annotations
 
@@ -50,6 +52,11 @@ def _pattern(location: str) -> re.Pattern:
     end = location.endswith("$")
     body = ".*".join(re.escape(part) for part in (location[:-1] if end else location).split("*"))
     return re.compile(body + (r"\Z" if end else ""), re.S)
+
+
+def declares(body: bytes) -> bool:
+    """Whether a tdmrep.json answer is the JSON array of rules TDMRep defines (the crawl counts the others)."""
+    return parse_rules(bytes(body)) is not None
 
 
 def reserved(body: bytes | None, url: str) -> bool:
