@@ -13,6 +13,8 @@ the stats dict (one C-level copy under the GIL, safe beside the reactor thread) 
     weblm/warc/<name>, weblm/warc_upload/<name>                -> weblm_warc_<name>_total,
                                                                   weblm_warc_upload_<name>_total (gauges: queued, pending)
     weblm/frontier/<name>                                      -> gauge weblm_frontier_<name>
+    weblm/tdmrep/<name> (asked, found, absent, reserved, ...)  -> weblm_tdmrep_<name>_total (hosts' TDMRep files,
+                                                                  and the URLs they reserve, left unfetched)
 
 No per-host series: `weblm/hosts/<host>` would be one series per host, unbounded (crawler-anchors §4.9).
 Cluster-wide numbers come from summing the workers in Prometheus.
@@ -87,6 +89,8 @@ class StatsMetrics(Collector):
                                 "WARC writer: weblm/warc/{} in the crawl stats.")
         yield from self._family("weblm_warc_upload_", _under(stats, "weblm/warc_upload/"), UPLOAD_GAUGES,
                                 "WARC uploads: weblm/warc_upload/{} in the crawl stats.")
+        yield from self._family("weblm_tdmrep_", _under(stats, "weblm/tdmrep/"), set(),
+                                "TDMRep: weblm/tdmrep/{} in the crawl stats.")
         for name, value in sorted(_under(stats, "weblm/frontier/")):
             yield GaugeMetricFamily(f"weblm_frontier_{_name(name)}", f"Frontier: weblm/frontier/{name}.", value=value)
 

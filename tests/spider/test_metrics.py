@@ -42,6 +42,7 @@ def test_the_endpoint_serves_the_stats_without_per_host_series():
              "weblm/warc/queued": 3, "weblm/warc/files_durable": 1,
              "weblm/warc_upload/files_pending": 1, "weblm/warc_upload/buffer": "/tmp/buffer",
              "weblm/frontier/ready_hosts": 4, "weblm/frontier/queued": 120, "weblm/frontier/expired_leases": 2,
+             "weblm/tdmrep/asked": 3, "weblm/tdmrep/reserved": 8,
              "weblm/hosts/a.weblm.test": 5, "start_time": "not a number"}
     for key, value in stats.items():
         crawler.stats.set_value(key, value)
@@ -70,6 +71,7 @@ def test_the_endpoint_serves_the_stats_without_per_host_series():
     assert samples[("weblm_frontier_ready_hosts", ())] == 4
     assert samples[("weblm_frontier_queued", ())] == 120
     assert samples[("weblm_frontier_expired_leases", ())] == 2
+    assert samples[("weblm_tdmrep_asked_total", ())] == 3 and samples[("weblm_tdmrep_reserved_total", ())] == 8
     assert not [key for key in samples if "a.weblm.test" in str(key) or key[0].startswith("weblm_hosts")]
     assert ("weblm_process_resident_memory_bytes", ()) in samples
 
