@@ -8,13 +8,16 @@ Per document: status and content type, size cap (huge pages skipped), charset de
 rs-trafilatura main text with trafilatura as its fallback, and the title (in a
 killable child process with a per-document timeout: `jobs.text.sandbox`), minimum length.  Every
 drop has a reason in the job's counters.  Idempotent: silver is synced to what this run derives
-from bronze (MERGE on doc_id: changed rows updated, new inserted, gone deleted).
+from bronze (MERGE on doc_id: changed rows updated, new inserted, gone deleted).  A host's TDMRep file
+(bronze.site_files) sets `opt_out` on its pages; when a later crawl brings a changed file, the pages already in silver
+are re-flagged without being extracted again (`reflag_tdm`).
 """
 import logging
 import sys
 from dataclasses import asdict
 from typing import Iterator
 
+import storage
 from jobs.base import (SparkJob, add_missing_columns, is_empty, merge_table, settings_sha256, table_version,
                        upsert_table)
 from jobs.config import ExtractSettings
@@ -104,25 +107,49 @@ def _extract_batches(batches: Iterator, cfg: ExtractSettings, extract) -> Iterat
         yield frame
 
 
-def with_tdm_rules(todo, site_files):
-    """`todo` with `tdm_rules`: the body of its origin's latest definite `/.well-known/tdmrep.json` answer (a 200 or
-    a 4xx) in `site_files` (bronze.site_files, which ingest keeps; None: no such table) when it was a 200, else null
-    (jobs/text/tdmrep.py reads it per page).  A join, not a broadcast: at web scale the hosts with such a file are
-    many.  The file arrives with the crawl's first fetches of its host, so it is in bronze by the time the host's
-    pages are extracted; a file a later crawl changes applies to the pages extracted after it (`--full`: to all)."""
+def _origin():
+    from pyspark.sql import functions as F
+
+    return F.lower(F.regexp_extract("url", r"^([A-Za-z][A-Za-z0-9+.-]*://[^/?#]+)", 1))
+
+
+def latest_tdm_files(site_files):
+    """Per origin, its latest definite `/.well-known/tdmrep.json` answer in `site_files` (bronze.site_files, which
+    ingest keeps): `origin`, `file_id` (the answer's doc_id) and `tdm_rules` (its body when it was a 200, else null:
+    a 4xx says the host declares nothing; a 5xx leaves the answer before it standing)."""
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
-    if site_files is None:
-        return todo.withColumn("tdm_rules", F.lit(None).cast("binary"))
-    origin = F.lower(F.regexp_extract("url", r"^([A-Za-z][A-Za-z0-9+.-]*://[^/?#]+)", 1))
     latest = Window.partitionBy("origin").orderBy(F.col("fetch_time").desc(), F.col("doc_id"))
-    definite = (F.col("status") == 200) | F.col("status").between(400, 499)   # a 5xx leaves the answer before it
-    files = (site_files.where(definite)   # ingest keeps only the /.well-known/tdmrep.json answers there
-             .select(origin.alias("origin"), "fetch_time", "doc_id", "status", "html")
-             .withColumn("n", F.row_number().over(latest)).where(F.col("n") == 1)
-             .select("origin", F.when(F.col("status") == 200, F.col("html")).alias("tdm_rules")))
-    return todo.withColumn("origin", origin).join(files, "origin", "left").drop("origin")
+    definite = (F.col("status") == 200) | F.col("status").between(400, 499)
+    return (site_files.where(definite)   # ingest keeps only the /.well-known/tdmrep.json answers there
+            .select(_origin().alias("origin"), "fetch_time", "doc_id", "status", "html")
+            .withColumn("n", F.row_number().over(latest)).where(F.col("n") == 1)
+            .select("origin", F.col("doc_id").alias("file_id"),
+                    F.when(F.col("status") == 200, F.col("html")).alias("tdm_rules")))
+
+
+def with_tdm_rules(todo, files):
+    """`todo` with `tdm_rules`, its origin's file from `files` (latest_tdm_files; None: no bronze.site_files), read
+    per page by tdmrep.reserved.  A join, not a broadcast: at web scale the hosts with such a file are many.  The
+    file arrives with the crawl's first fetches of its host, so it is in bronze by the time the host's pages are
+    extracted; a file that changes later is applied to the pages already in silver by `reflag_tdm`."""
+    from pyspark.sql import functions as F
+
+    if files is None:
+        return todo.withColumn("tdm_rules", F.lit(None).cast("binary"))
+    return todo.withColumn("origin", _origin()).join(files.drop("file_id"), "origin", "left").drop("origin")
+
+
+def tdm_flag_batches(batches: Iterator) -> Iterator:
+    """`mapInPandas` body: (doc_id, url, opt_out, tdm_rules) in; (doc_id, opt_out, flag) out, `flag` RESERVED where
+    the origin's file (`tdm_rules`) reserves the page's URL, else None."""
+    import pandas as pd
+
+    for frame in batches:
+        flags = [RESERVED if reserved(r, u) else None for r, u in zip(frame["tdm_rules"], frame["url"])]
+        yield pd.DataFrame({"doc_id": frame["doc_id"], "opt_out": frame["opt_out"],
+                            "flag": pd.Series(flags, index=frame.index, dtype=object)})
 
 
 def spread(spark, todo, scan, tasks_per_core: int):
@@ -151,13 +178,14 @@ class ExtractJob(SparkJob):
         todo = self.pending_inputs(spark, bronze, "doc_id", settings, args.full)
         self.metrics.extra.update(table="silver.documents", mode="full" if args.full else "incremental",
                                   settings_sha256=settings)
-        if is_empty(todo):
-            log.info("extract: nothing new in bronze.pages since the last run; no table changed")
-            self.metrics.extra["table_version"] = None
-            return
         site_files = self.table("bronze.site_files")
-        todo = with_tdm_rules(todo, spark.read.format("delta").load(site_files)
-                              if table_version(spark, site_files) is not None else None)
+        files = (latest_tdm_files(spark.read.format("delta").load(site_files))
+                 if table_version(spark, site_files) is not None else None)
+        if is_empty(todo):
+            log.info("extract: nothing new in bronze.pages since the last run")
+            self.metrics.extra["table_version"] = self.reflag_tdm(spark, files, todo.select("doc_id"))
+            return
+        todo = with_tdm_rules(todo, files)
         rows = (spread(spark, todo, bronze, cfg.tasks_per_core).mapInPandas(lambda batches: extract_batches(batches, cfg),
                                                                      output_schema())
                 .withColumn("content_sha256", F.sha2(F.col("text"), 256))
@@ -179,14 +207,56 @@ class ExtractJob(SparkJob):
             self.record_processed(spark, rows.select(
                 "doc_id", F.lit(settings).alias("settings_sha256"),
                 F.coalesce("skip_reason", F.lit("kept")).alias("outcome")), "doc_id")
+            version = self.reflag_tdm(spark, files, None if args.full else rows.select("doc_id"))
         finally:
             rows.unpersist()
         self.metrics.output_rows = self.metrics.input_rows - sum(self.metrics.skipped.values())
         self.metrics.extra.update(
-            table_version=result["version"], decoded_by=decoding,
+            table_version=version or result["version"], decoded_by=decoding,
             replacement_chars=int(replaced[0] or 0), docs_with_replacements=int(replaced[1] or 0),
             huge_pages="skipped (reason too_large), not truncated",
             rows_inserted=result["inserted"], rows_updated=result["updated"], rows_deleted=result["deleted"])
+
+    def reflag_tdm(self, spark, files, extracted) -> int | None:
+        """Host files that changed since the last run (a new latest answer per origin, against the ledger
+        `<lake>/_ledger/extract_tdmrep`) applied to the origin's documents already in silver: `opt_out` becomes
+        RESERVED or null where the file now says so (a page's own flag, from its headers or meta, stands), so quality
+        drops or takes back those pages without their being extracted again.  `extracted`: the doc_ids this run
+        extracted with the files as they are (None: a full run, which extracted every page so).  Returns the
+        silver table's new version, or None when no row changed."""
+        from delta.tables import DeltaTable
+        from pyspark.sql import functions as F
+
+        if files is None:
+            return None
+        ledger = storage.spark_uri(storage.join(self.paths.lake, "_ledger", "extract_tdmrep"))
+        known = DeltaTable.isDeltaTable(spark, ledger)
+        changed = files.join(spark.read.format("delta").load(ledger), ["origin", "file_id"], "left_anti") \
+            if known else files
+        version, count = None, 0
+        silver = self.table("silver.documents")
+        if extracted is not None and table_version(spark, silver) is not None and not is_empty(changed):
+            docs = (spark.read.format("delta").load(silver).select("doc_id", "url", "opt_out")
+                    .where(F.col("opt_out").isNull() | (F.col("opt_out") == RESERVED))
+                    .withColumn("origin", _origin()).join(changed.drop("file_id"), "origin")
+                    .join(extracted, "doc_id", "left_anti").select("doc_id", "url", "opt_out", "tdm_rules"))
+            updates = (docs.mapInPandas(tdm_flag_batches, "doc_id string, opt_out string, flag string")
+                       .where(~F.col("flag").eqNullSafe(F.col("opt_out"))).select("doc_id", "flag")
+                       .persist())
+            try:
+                count = updates.count()
+                if count:
+                    (DeltaTable.forPath(spark, silver).alias("t").merge(updates.alias("s"), "t.doc_id = s.doc_id")
+                     .whenMatchedUpdate(set={"opt_out": "s.flag"}).execute())
+                    version = table_version(spark, silver)
+                    log.info("extract: %d document(s) already in silver re-flagged by their host's changed "
+                             "tdmrep.json", count)
+            finally:
+                updates.unpersist()
+        self.metrics.extra["tdmrep_reflagged"] = count
+        # after silver: a run killed in between applies the same files again (idempotent)
+        merge_table(spark, files.select("origin", "file_id"), ledger, "origin", sync=True)
+        return version
 
 
 if __name__ == "__main__":

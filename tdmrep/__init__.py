@@ -12,7 +12,8 @@ Shared by the crawl and the lake (like `storage`): the file's format is the seam
 both sides.  The crawl asks each host for its file with its robots.txt (spider: `frontier.tdmrep`); with `respect` it
 leaves the pages the file reserves unfetched, and either way it archives the answer.  Extract joins the latest definite
 answer per origin (a 200, or a 4xx: no file; a 5xx says nothing and the answer before it stands) to the origin's pages
-(jobs/extract.py), so it works for any WARC source that holds the file.
+(jobs/extract.py), so it works for any WARC source that holds the file; a newer answer re-flags the pages already
+extracted.
 """
 from __future__ import annotations
 

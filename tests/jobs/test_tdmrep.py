@@ -98,3 +98,45 @@ def test_extract_reads_each_hosts_latest_file_into_opt_out(spark, tmp_path):
     IngestJob().run(["--lake", str(lake), "-p", f"warc_dir={warc}"])
     rebuilt = DeltaTable(str(lake / "bronze" / "site_files")).to_pyarrow_table().to_pylist()
     assert sorted(r["doc_id"] for r in rebuilt) == sorted(r["doc_id"] for r in sites)
+
+
+def test_a_file_that_changes_later_re_flags_the_pages_already_in_silver(spark, tmp_path):
+    """A host reserves its news after its pages were extracted, then lifts the reservation: each incremental extract
+    applies the file's latest answer to the pages already in silver, without extracting them again; a page's own
+    flag (its meta robots) stands; a run with nothing new changes nothing."""
+    from jobs.extract import ExtractJob
+    from jobs.ingest import IngestJob
+
+    warc, lake = tmp_path / "warc", tmp_path / "lake"
+    warc.mkdir()
+    html, kind = PAGES[0].body, "text/html; charset=utf-8"
+    noai = html.replace(b"<head>", b"<head><meta name='robots' content='noai'>", 1)
+    assert noai != html
+    news = json.dumps([{"location": "/news/*", "tdm-reservation": 1}]).encode()
+    absent = (404, "text/html", b"Not found")
+
+    def crawl(name: str, date: str, answer: tuple, pages: list[str]) -> dict:
+        write_warc(warc / f"{name}.warc.gz", [
+            Page("http://pub.weblm.test/.well-known/tdmrep.json", *answer, date=date),
+            *[Page(f"http://pub.weblm.test{path}", 200, kind, noai if path == "/news/own" else html, date=date)
+              for path in pages]])
+        IngestJob().run(["--lake", str(lake), "-p", f"warc_dir={warc}"])
+        run = ExtractJob().run(["--lake", str(lake)])
+        assert run.status == "ok"
+        rows = DeltaTable(str(lake / "silver" / "documents")).to_pyarrow_table().to_pylist()
+        return {r["url"].split("weblm.test")[1]: r["opt_out"] for r in rows}, run.extra
+
+    flags, _ = crawl("a", "2026-01-01T00:00:00Z", absent, ["/news/old", "/news/own", "/about"])
+    assert flags == {"/news/old": None, "/news/own": "noai", "/about": None}
+    flags, extra = crawl("b", "2026-02-01T00:00:00Z", (200, "application/json", news), ["/news/new"])
+    assert flags == {"/news/old": "tdmrep.json", "/news/own": "noai", "/about": None, "/news/new": "tdmrep.json"}
+    assert extra["tdmrep_reflagged"] == 1   # /news/old; /news/new was extracted with the file as it is
+    version = DeltaTable(str(lake / "silver" / "documents")).version()
+    flags, extra = crawl("c", "2026-03-01T00:00:00Z", absent, [])
+    assert flags == {"/news/old": None, "/news/own": "noai", "/about": None, "/news/new": None}
+    assert extra["tdmrep_reflagged"] == 2
+    assert DeltaTable(str(lake / "silver" / "documents")).version() > version
+    version = DeltaTable(str(lake / "silver" / "documents")).version()
+    again = ExtractJob().run(["--lake", str(lake)])
+    assert again.status == "ok" and again.extra["tdmrep_reflagged"] == 0
+    assert DeltaTable(str(lake / "silver" / "documents")).version() == version
