@@ -235,8 +235,10 @@ class ExtractJob(SparkJob):
             if known else files
         version, count = None, 0
         silver = self.table("silver.documents")
-        if extracted is not None and table_version(spark, silver) is not None and not is_empty(changed):
-            docs = (spark.read.format("delta").load(silver).select("doc_id", "url", "opt_out")
+        stored = spark.read.format("delta").load(silver) if table_version(spark, silver) is not None else None
+        # a table extracted before the flags gets its opt_out column from the next run with new pages
+        if extracted is not None and stored is not None and "opt_out" in stored.columns and not is_empty(changed):
+            docs = (stored.select("doc_id", "url", "opt_out")
                     .where(F.col("opt_out").isNull() | (F.col("opt_out") == RESERVED))
                     .withColumn("origin", _origin()).join(changed.drop("file_id"), "origin")
                     .join(extracted, "doc_id", "left_anti").select("doc_id", "url", "opt_out", "tdm_rules"))

@@ -392,6 +392,8 @@ class FrontierScheduler(BaseScheduler):
 
     def _tdm_settled(self, key: str, body: bytes | None, error: str = "") -> None:
         """The file's answer joins the host's robots.txt record (`body` None: it could not be read)."""
+        if key not in self._tdm_asking:   # an earlier ask's answer settled the host already
+            return
         record, url, asked = self._tdm_asking.pop(key)
         if body is None:
             self.stats.inc_value("weblm/tdmrep/unreachable")
