@@ -26,10 +26,12 @@ WELL_KNOWN = "/.well-known/tdmrep.json"
 RESERVED = "tdmrep.json"   # silver.documents.opt_out when the host's file reserves the page
 
 
-@functools.lru_cache(maxsize=4096)
+@functools.lru_cache(maxsize=256)
 def parse_rules(body: bytes) -> tuple[tuple[re.Pattern, int | None], ...] | None:
     """The file's rules in order as (location pattern, reservation 0/1 or None when unset); None when `body` is not
-    a JSON array.  A rule without a string location is skipped.  Cached: every page of a host carries the same bytes."""
+    a JSON array.  A rule without a string location is skipped.  Cached: every page of a host carries the same bytes;
+    256 files at most, because a file may be as large as the crawl keeps (frontier.robots_max_bytes, 500 KiB), and a
+    miss costs only a re-parse."""
     try:
         data = json.loads(body)
     except (ValueError, TypeError, RecursionError):   # not JSON or not UTF-8, or nested past the parser's depth
