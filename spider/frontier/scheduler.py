@@ -298,16 +298,25 @@ class FrontierScheduler(BaseScheduler):
         return Request(item.url, callback=self.spider.parse, errback=self.spider.on_error, meta=meta,
                        headers=headers, dont_filter=True)
 
+    def _site_file_meta(self, url: str, **meta) -> dict:
+        """A host's robots.txt or TDMRep file request: no retry, its non-2xx answers reach the errback with their
+        response, any redirect followed up to robots_max_redirects (RFC 9309), in the host's download slot."""
+        f = self.cfg.frontier
+        return {**meta, "dont_retry": True, "allow_offsite": True, "redirect_ttl": f.robots_max_redirects,
+                "download_slot": politeness_key(url, f.politeness_key),
+                "download_maxsize": max(f.robots_max_bytes * 4, 2 ** 20)}
+
+    @staticmethod
+    def _past_redirects(failure) -> bool:
+        """Whether a site file's fetch failed for more redirects than robots_max_redirects."""
+        return "redirect" in failure.getErrorMessage().lower()
+
     def _robots_request(self, key: str, url: str) -> Request:
         parts = urlsplit(url)
-        # non-2xx answers reach _robots_failed with their response; redirects are followed up to the RFC's limit
-        meta = {ROBOTS_META: key, "dont_retry": True, "allow_offsite": True,  # RFC 9309 follows any redirect
-                "redirect_ttl": self.cfg.frontier.robots_max_redirects,
-                "download_slot": politeness_key(url, self.cfg.frontier.politeness_key),
-                "download_maxsize": max(self.cfg.frontier.robots_max_bytes * 4, 2 ** 20)}
         self.stats.inc_value("weblm/robots/fetches")
         return Request(f"{parts.scheme}://{parts.netloc}/robots.txt", callback=self._robots_answer,
-                       errback=self._robots_failed, meta=meta, dont_filter=True, priority=1000)
+                       errback=self._robots_failed, meta=self._site_file_meta(url, **{ROBOTS_META: key}),
+                       dont_filter=True, priority=1000)
 
     def _robots_answer(self, response):
         f = self.cfg.frontier
@@ -350,15 +359,11 @@ class FrontierScheduler(BaseScheduler):
         any fetch, so the lake reads it too."""
         self._tdm_asking[key] = (record, url, asked)
         self.stats.inc_value("weblm/tdmrep/asked")
-        f = self.cfg.frontier
         waiting = self._robots_waiting.get(key)
         state = with_crawl_delay(self.cfg, waiting[0].lease.host_state if waiting else HostState(),
                                  robotstxt.parse(record).crawl_delay(self.user_agent))
         next_at, _ = after_fetch(self.cfg, state, time.time(), failed=False)
-        meta = {TDMREP_META: key, "weblm_parent": asked, "dont_retry": True, "allow_offsite": True,
-                "redirect_ttl": f.robots_max_redirects,
-                "download_slot": politeness_key(asked, f.politeness_key),
-                "download_maxsize": max(f.robots_max_bytes * 4, 2 ** 20)}
+        meta = self._site_file_meta(asked, **{TDMREP_META: key, "weblm_parent": asked})
         self._park(Request(urljoin(asked, tdmrep.WELL_KNOWN), callback=self._tdmrep_answer,
                            errback=self._tdmrep_failed, meta=meta, dont_filter=True, priority=1000), next_at)
 
@@ -384,7 +389,7 @@ class FrontierScheduler(BaseScheduler):
         response = getattr(failure.value, "response", None)
         if response is not None:
             return self._tdmrep_answer(response)
-        if "redirect" in failure.getErrorMessage().lower():   # past robots_max_redirects: no file where it belongs
+        if self._past_redirects(failure):   # no file where it belongs
             self.stats.inc_value("weblm/tdmrep/absent")
             return self._tdm_settled(failure.request.meta[TDMREP_META], b"")
         self._tdm_settled(failure.request.meta[TDMREP_META], None,
@@ -420,7 +425,7 @@ class FrontierScheduler(BaseScheduler):
         if response is not None:
             return self._robots_answer(response)
         kind = failure_kind(failure)
-        if "redirect" in failure.getErrorMessage().lower():
+        if self._past_redirects(failure):
             kind = "redirect_limit"
         detail = kind if kind == "redirect_limit" else f"{kind}: {failure.getErrorMessage()[:300]}"
         record = robotstxt.from_error(kind, time.time(), f.robots_ttl_s, f.robots_error_ttl_s)
