@@ -10,7 +10,9 @@ by the worker that holds the host); a disallowed URL is acknowledged unfetched a
 The sitemaps a fetched robots.txt lists join the frontier as URLs the spider reads as sitemaps (`frontier.sitemaps`).
 With `frontier.tdmrep: respect` the host's TDMRep file (/.well-known/tdmrep.json) is asked next, one delay later, and
 rides in the same record: a URL it reserves is acknowledged unfetched like a disallowed one (`archive`: the file joins
-the frontier as a URL, and every page is fetched).
+the frontier as a URL, and every page is fetched).  With `obey_robots: false` robots.txt is neither asked nor read, but
+the TDMRep file still is (a reservation is its own opt-out, not a robots.txt rule): its answer rides in a record marked
+`ROBOTS_UNASKED`, which a worker that obeys robots.txt takes as unknown and asks again.
 An allowed one is sent; when its fetch ends (FetchOutcomeMiddleware) the host is released until the time
 politeness says (spider/frontier/politeness.py) and the URL is *held* until the WARC record of that fetch
 (`fetch_recorded` names it) is in a durable file (`warc_file_durable`), then acknowledged.  A retry goes back to
@@ -55,6 +57,7 @@ logger = logging.getLogger(__name__)
 
 ROBOTS_META = "weblm_robots_for"
 TDMREP_META = "weblm_tdmrep_for"   # frontier.tdmrep: respect: the host's TDMRep file, asked right after its robots.txt
+ROBOTS_UNASKED = "not asked"  # a record's detail: obey_robots: false asked only the TDMRep file (allow_all, no rules)
 LEASE_META = "weblm_lease"
 # Meta keys that travel with a URL through the frontier (JSON); the rest is per attempt.
 CARRIED_META = ("depth", "weblm_seed", "weblm_parent", "weblm_sitemap", "weblm_tdmrep", "retry_times",
@@ -204,8 +207,8 @@ class FrontierScheduler(BaseScheduler):
             return False
         rules = self._robots.get(robots_key(url))
         # known rules (a host disallowed for a failed robots.txt is asked again later: its URLs are queued)
-        if rules is not None and rules.record.status != "disallow_all" and self.cfg.obey_robots \
-                and rules.record.expires > time.time():
+        if rules is not None and (rules.record.status != "disallow_all" or not self.cfg.obey_robots) \
+                and self._rules_hold(rules, time.time()):
             refusal = self._refusal(rules, url)
             if refusal is not None:
                 self.stats.inc_value(refusal)  # known rules: never queued, never leased
@@ -246,13 +249,15 @@ class FrontierScheduler(BaseScheduler):
             return None
         key = robots_key(item.url)
         rules = self._robots.get(key)
-        if not self.cfg.obey_robots:
+        if not self.cfg.obey_robots and self.cfg.frontier.tdmrep != "respect":
             return self._send(item)
-        if rules is None or rules.record.expires <= now or not self._tdm_known(rules):
+        if rules is None or not self._rules_hold(rules, now):
             waiting = self._robots_waiting[key]
             waiting.append(item)
             if len(waiting) == 1:
-                return self._robots_request(key, item.url)
+                if self.cfg.obey_robots:
+                    return self._robots_request(key, item.url)
+                self._ask_tdmrep_only(key, item.url, now)
             return None
         refusal = self._refusal(rules, item.url)
         if refusal is None:
@@ -261,16 +266,20 @@ class FrontierScheduler(BaseScheduler):
         self._release(item.lease, now)  # nothing was sent: the host's last fetch ended long enough ago
         return None
 
-    def _tdm_known(self, rules: robotstxt.Robots) -> bool:
-        """Whether the record says all the TDMRep setting needs: with `respect`, the host's file was asked with it (a
-        record from before, or from a worker that did not ask, is asked again; a disallowed host needs no file)."""
-        return self.cfg.frontier.tdmrep != "respect" or rules.record.tdm is not None or (
-            rules.record.status == "disallow_all")
+    def _rules_hold(self, rules: robotstxt.Robots, now: float) -> bool:
+        """Whether the host's record says all this worker needs, unexpired: robots.txt asked if it obeys it, and with
+        `respect` the TDMRep file asked with it (a record from before, or from a worker that did not ask, is asked
+        again; a host robots.txt disallows needs no file)."""
+        record = rules.record
+        if record.expires <= now or (self.cfg.obey_robots and record.detail == ROBOTS_UNASKED):
+            return False
+        return self.cfg.frontier.tdmrep != "respect" or record.tdm is not None or (
+            record.status == "disallow_all" and self.cfg.obey_robots)
 
     def _refusal(self, rules: robotstxt.Robots, url: str) -> str | None:
         """Why the URL is not fetched (the stat counted), or None: robots.txt disallows it, or (frontier.tdmrep:
         respect) the host's TDMRep file reserves text and data mining on it."""
-        if not rules.allowed(url, self.user_agent):
+        if self.cfg.obey_robots and not rules.allowed(url, self.user_agent):
             return "weblm/robots_denied"
         if self.cfg.frontier.tdmrep == "respect" and rules.reserved(url):
             return "weblm/tdmrep/reserved"
@@ -351,7 +360,14 @@ class FrontierScheduler(BaseScheduler):
         self.enqueue_request(Request(urljoin(robots_url, tdmrep.WELL_KNOWN), meta={
             "depth": 1, "weblm_tdmrep": True, "weblm_parent": robots_url}))
 
-    def _ask_tdmrep(self, key: str, record: RobotsRecord, url: str, asked: str) -> None:
+    def _ask_tdmrep_only(self, key: str, url: str, now: float) -> None:
+        """`obey_robots: false` with `respect`: the TDMRep file alone, at once (the lease found the host due), in a
+        record that holds no robots.txt rules and says so, for as long as a robots.txt answer would hold."""
+        self.stats.inc_value("weblm/robots/not_asked")
+        record = RobotsRecord("allow_all", b"", now, now + self.cfg.frontier.robots_ttl_s, ROBOTS_UNASKED)
+        self._ask_tdmrep(key, record, url, url, at=now)   # the page that made it asked is the file's parent
+
+    def _ask_tdmrep(self, key: str, record: RobotsRecord, url: str, asked: str, at: float | None = None) -> None:
         """`frontier.tdmrep: respect`: the host's `/.well-known/tdmrep.json` (W3C TDMRep: site-wide
         text-and-data-mining reservations, which "a TDM Agent MUST check before it starts scraping") is asked right
         after its robots.txt, once the host's delay has passed; the host's URLs wait for both.  Its answer rides in
@@ -359,10 +375,12 @@ class FrontierScheduler(BaseScheduler):
         any fetch, so the lake reads it too."""
         self._tdm_asking[key] = (record, url, asked)
         self.stats.inc_value("weblm/tdmrep/asked")
-        waiting = self._robots_waiting.get(key)
-        state = with_crawl_delay(self.cfg, waiting[0].lease.host_state if waiting else HostState(),
-                                 robotstxt.parse(record).crawl_delay(self.user_agent))
-        next_at, _ = after_fetch(self.cfg, state, time.time(), failed=False)
+        next_at = at
+        if next_at is None:   # after the robots.txt fetch, by the host's delay (its Crawl-delay included)
+            waiting = self._robots_waiting.get(key)
+            state = with_crawl_delay(self.cfg, waiting[0].lease.host_state if waiting else HostState(),
+                                     robotstxt.parse(record).crawl_delay(self.user_agent))
+            next_at, _ = after_fetch(self.cfg, state, time.time(), failed=False)
         meta = self._site_file_meta(asked, **{TDMREP_META: key, "weblm_parent": asked})
         self._park(Request(urljoin(asked, tdmrep.WELL_KNOWN), callback=self._tdmrep_answer,
                            errback=self._tdmrep_failed, meta=meta, dont_filter=True, priority=1000), next_at)
@@ -437,7 +455,8 @@ class FrontierScheduler(BaseScheduler):
         self._op("robots_put", host, record)
         rules = robotstxt.parse(record)
         self._robots[host] = rules
-        self.stats.inc_value(f"weblm/robots/{record.status}")
+        if record.detail != ROBOTS_UNASKED:
+            self.stats.inc_value(f"weblm/robots/{record.status}")
         if record.status == "disallow_all":
             logger.warning("robots.txt for %s %s: host disallowed, asked again at %s (RFC 9309 §2.3.1.4)", host,
                            f"answered {record.detail}" if record.detail.startswith("HTTP") else

@@ -15,10 +15,13 @@ from crawl_helpers import ROOT, crawl_command, env, finished, read_warc
 RULES = json.dumps([{"location": "/*", "tdm-reservation": 1}]).encode()
 
 
-def _site(files: dict[str, tuple[bytes, bytes]], links: bytes):
-    """Each host: robots.txt 404, its tdmrep.json from `files` (else a 404), and pages that link to `links`."""
+def _site(files: dict[str, tuple[bytes, bytes]], links: bytes, robots: bytes | None = None):
+    """Each host: robots.txt 404 (or `robots`), its tdmrep.json from `files` (else a 404), and pages that link to
+    `links`."""
     def answer(host: str, path: str):
         if path == "/robots.txt":
+            if robots is not None:
+                return b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % len(robots), robots
             return b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n", b""
         if path == "/.well-known/tdmrep.json":
             return files.get(host, (b"HTTP/1.1 404 Not Found\r\nContent-Type: text/html\r\nContent-Length: 9\r\n\r\n",
@@ -104,3 +107,25 @@ def test_respect_asks_for_the_file_before_any_page_and_leaves_the_reserved_pages
     # the file rides in the host's robots.txt record, for every worker of the cluster
     assert _stored_file(tmp_path, frontier, "reserved.weblm.test") == PARTLY.encode()
     assert _stored_file(tmp_path, frontier, "open.weblm.test") == b""
+
+
+def test_without_obeying_robots_txt_the_file_is_still_asked_first_and_respected(tmp_path, raw_server, frontier):
+    links, robots = b"<a href='/private/a'>a</a> <a href='/public/b'>b</a>", b"User-agent: *\nDisallow: /"
+    server = raw_server(_site({"reserved.weblm.test": _json(PARTLY.encode())}, links, robots), by_host=True)
+    hosts = ["reserved.weblm.test", "open.weblm.test"]
+    cmd = crawl_command([f"http://{h}/" for h in hosts], tmp_path,
+                        ["proxy=" + server.proxy_url(), "obey_robots=false", "frontier.tdmrep=respect", *frontier])
+    proc = subprocess.run(cmd, cwd=ROOT, env=env(), capture_output=True, text=True, timeout=90)
+    run = finished(proc.returncode, tmp_path, proc.stdout + proc.stderr)
+    assert run.returncode == 0, run.log[-3000:]
+    for host in hosts:   # the file first, robots.txt never, and the pages robots.txt disallows are fetched
+        paths = [path for _, h, path in sorted(server.arrivals) if h == host]
+        assert paths[0] == "/.well-known/tdmrep.json" and paths.count(paths[0]) == 1, (host, paths)
+        assert "/robots.txt" not in paths and "/public/b" in paths, (host, paths)
+    assert "/private/a" not in {path for _, h, path in server.arrivals if h == "reserved.weblm.test"}
+    assert ("open.weblm.test", "/private/a") in {(h, path) for _, h, path in server.arrivals}
+    stats = run.stats["scrapy"]
+    assert (stats["weblm/tdmrep/asked"], stats["weblm/tdmrep/found"], stats["weblm/tdmrep/absent"]) == (2, 1, 1)
+    assert stats["weblm/robots/not_asked"] == 2 and "weblm/robots/fetches" not in stats
+    assert stats["weblm/tdmrep/reserved"] >= 1 and "weblm/robots_denied" not in stats
+    assert _stored_file(tmp_path, frontier, "reserved.weblm.test") == PARTLY.encode()

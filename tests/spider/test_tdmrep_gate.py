@@ -13,14 +13,15 @@ from scrapy.http import TextResponse
 from spider.config import load_crawl_config
 from spider.frontier import robots as robotstxt
 from spider.frontier.backend import Leased, RobotsRecord
-from spider.frontier.scheduler import TDMREP_META, FrontierScheduler, InHand, robots_key
+from spider.frontier.scheduler import ROBOTS_UNASKED, TDMREP_META, FrontierScheduler, InHand, robots_key
 
 RULES = json.dumps([{"location": "/private/*", "tdm-reservation": 1}]).encode()
 
 
-def scheduler(mode: str) -> FrontierScheduler:
+def scheduler(mode: str, *overrides: str) -> FrontierScheduler:
     stats = Counter()
-    crawler = SimpleNamespace(settings={"WEBLM_CRAWL_CONFIG": load_crawl_config([f"frontier.tdmrep={mode}"])},
+    cfg = load_crawl_config([f"frontier.tdmrep={mode}", *overrides])
+    crawler = SimpleNamespace(settings={"WEBLM_CRAWL_CONFIG": cfg},
                               stats=SimpleNamespace(inc_value=lambda key, n=1: stats.update({key: n}), counts=stats))
     s = FrontierScheduler(crawler, backend=object())
     s.spider = SimpleNamespace(parse=lambda response: None, on_error=lambda failure: None)
@@ -35,9 +36,10 @@ def lease(s: FrontierScheduler, url: str, host_lease: int = 1) -> InHand:
     return item
 
 
-def known(s: FrontierScheduler, tdm: bytes | None) -> None:
+def known(s: FrontierScheduler, tdm: bytes | None, status: str = "allow_all", body: bytes = b"",
+          detail: str = "HTTP 404") -> None:
     now = time.time()
-    s._robots["a.weblm.test"] = robotstxt.parse(RobotsRecord("allow_all", b"", now, now + 3600, "HTTP 404", tdm))
+    s._robots["a.weblm.test"] = robotstxt.parse(RobotsRecord(status, body, now, now + 3600, detail, tdm))
 
 
 def test_a_robots_record_without_the_file_is_asked_again_only_when_the_file_is_respected():
@@ -88,3 +90,41 @@ def test_closing_while_the_files_request_is_parked_frees_the_host():
     released = [(args[0], args[3]) for name, args in s._ops if name == "release_host"]
     assert released == [("a.weblm.test", 7)]   # no answer will come for a request never sent
     assert [args[0] for name, args in s._ops if name == "requeue"] == [[item.lease.id]]
+
+
+def test_without_obeying_robots_txt_the_file_alone_is_asked_at_once_and_still_reserves():
+    s = scheduler("respect", "obey_robots=false")
+    private = lease(s, "http://a.weblm.test/private/x")
+    assert s.next_request() is None   # the URL waits for the file; robots.txt is never asked
+    (at, _, ask), = s._delayed
+    assert ask.url == "http://a.weblm.test/.well-known/tdmrep.json" and at <= time.time()
+    assert ask.meta["weblm_parent"] == private.url and s.stats.counts["weblm/robots/not_asked"] == 1
+    assert "weblm/robots/fetches" not in s.stats.counts
+    s._tdmrep_answer(TextResponse(ask.url, status=200, body=RULES, request=ask))
+    record = s._robots["a.weblm.test"].record
+    assert (record.status, record.detail, record.tdm) == ("allow_all", ROBOTS_UNASKED, RULES)
+    assert not [k for k in s.stats.counts if k.startswith("weblm/robots/") and k != "weblm/robots/not_asked"]
+    assert s.stats.counts["weblm/tdmrep/reserved"] == 1
+    assert [args[0] for name, args in s._ops if name == "deny"] == [[private.lease.id]]
+
+
+def test_without_obeying_robots_txt_its_rules_are_ignored_but_the_files_are_not():
+    s = scheduler("respect", "obey_robots=false")
+    known(s, RULES, "parsed", b"User-agent: *\nDisallow: /\n", "HTTP 200")   # an obeying worker's record
+    lease(s, "http://a.weblm.test/private/x")
+    lease(s, "http://a.weblm.test/public/y", host_lease=2)
+    assert s.next_request().url == "http://a.weblm.test/public/y"
+    assert s.stats.counts["weblm/tdmrep/reserved"] == 1 and "weblm/robots_denied" not in s.stats.counts
+    for mode in ("archive", "off"):   # nothing to ask: sent at once
+        s = scheduler(mode, "obey_robots=false")
+        lease(s, "http://a.weblm.test/private/x")
+        assert s.next_request().url == "http://a.weblm.test/private/x", mode
+
+
+def test_a_worker_that_obeys_robots_txt_asks_it_where_the_record_holds_only_the_file():
+    s = scheduler("respect")
+    known(s, b"", detail=ROBOTS_UNASKED)
+    lease(s, "http://a.weblm.test/page")
+    assert s.next_request().url == "http://a.weblm.test/robots.txt"
+    s.admission = SimpleNamespace(reason=lambda url, depth: None, knows=lambda host: True)
+    assert s.enqueue_request(Request("http://a.weblm.test/other")) is True   # queued: its rules are not known here
