@@ -66,6 +66,15 @@ choice among these extractors meets the 0.90 goal on this split; the learned cho
 extractor from word counts, overlaps with the job's text and the page types; 5 folds grouped by host) loses to the
 job at every margin: the pages where another extractor wins do not look different by these features.
 
+Against the benchmark's published figures (its README, dev split, every page alike: rs-trafilatura 0.859,
+MinerU-HTML 0.827, Trafilatura 0.791, Readability 0.675), the `all` column (2026-12-05, min_chars applied): the job
+0.867, rs-trafilatura alone 0.853, trafilatura with comments and tables 0.821, resiliparse 0.777.  Without
+min_chars, as the README would run them: `rs_trafilatura.extract(text)` with no URL 0.844, plain
+`trafilatura.extract(html_bytes)` 0.818 (one-off runs over the same pages).  So the published rs-trafilatura and
+trafilatura figures are not reproduced here (-0.015 and +0.027: the versions and settings behind them are not
+given), and the job is above every published figure; the issue's goal (0.97 / 0.90, about 0.94 over all pages)
+is above the best per-page choice among these extractors (0.964 / 0.837).
+
 Two more levers measured no-go (2026-12-04, the job's own `main_text` on WCXB dev):
 - `<noscript>` blocks of 50+ words unwrapped before extraction (what a browser without JavaScript shows; 54 pages
   have one, 19 of them forums, mostly Discourse's crawler view): summed F1 +0.06 on those forums, -0.03 on the
@@ -211,17 +220,19 @@ def print_rules(pages, outputs: dict, named_rules: dict, cfg, scorer) -> None:
     """One row per rule: word F1 per page type (`extract.min_chars` applied), and precision on articles and the rest."""
     mean = lambda rows, i: sum(r[i] for r in rows) / len(rows) if rows else float("nan")
     print(f"WCXB dev, {len(pages)} pages: word F1 per page type (min_chars {cfg.min_chars} applied); P = precision")
-    print(f"  {'rule':<44}" + "".join(f"{t[:7]:>8}" for t in TYPES) + f"{'mixed':>8}{'P art':>7}{'P mix':>7}")
+    print(f"  {'rule':<44}" + "".join(f"{t[:7]:>8}" for t in TYPES) + f"{'mixed':>8}{'all':>7}{'P art':>7}"
+          f"{'P mix':>7}")
     for name, rule in named_rules.items():
         scores = defaultdict(list)
         for page in pages:
             text = rule(outputs[page.id])
             p_r_f = scorer.word_f1(text if len(text) >= cfg.min_chars else "", page.reference)
             scores[page.page_type].append(p_r_f)
+            scores["all"].append(p_r_f)   # the benchmark's own figure: every page alike
             if page.page_type != "article":
                 scores["mixed"].append(p_r_f)
         print(f"  {name:<44}" + "".join(f"{mean(scores[t], 2):8.3f}" for t in TYPES + ("mixed",))
-              + f"{mean(scores['article'], 0):7.3f}{mean(scores['mixed'], 0):7.3f}")
+              + f"{mean(scores['all'], 2):7.3f}{mean(scores['article'], 0):7.3f}{mean(scores['mixed'], 0):7.3f}")
 
 
 def dev_setup(parser: argparse.ArgumentParser):
