@@ -54,6 +54,7 @@ from spider.config import load_crawl_config  # noqa: E402
 from spider.frontier.backend import DigestSeen, NewUrl  # noqa: E402
 from spider.frontier.bloom import BloomLayout, line_fp_rate, fingerprint, url_hashes  # noqa: E402
 from spider.frontier import open_backend  # noqa: E402
+from spider.frontier.scheduler import payload_of  # noqa: E402
 from spider.warc_thread import BATCH  # noqa: E402
 from tests.support.redisserver import RedisServer  # noqa: E402  (the tests' redis-server runner)
 
@@ -73,7 +74,7 @@ def make_urls(n: int, hosts: int, tag: str = "p") -> list[NewUrl]:
         depth = 1 + (i // hosts) % 4
         url = f"http://{host}/{tag}{i % 7}/page-{i}.html"
         key = fingerprint(url)
-        payload = json.dumps({"url": url, "meta": {"depth": depth, "weblm_parent": f"http://{host}/"}})
+        payload = payload_of(url, {"depth": depth, "weblm_parent": f"http://{host}/"})
         out.append(NewUrl(key.hex(), host, url, -depth, payload, url_hashes(key)))
     return out
 
@@ -495,18 +496,24 @@ def recrawl_state_bytes(client: redis.Redis, port: int, args) -> None:
     from spider.frontier import recrawl
     from spider.frontier.redis_backend import RedisFrontier
 
-    state = {"etag": '"5f3a-61c2b8e4d1a40"', "last_modified": "Tue, 01 Dec 2026 10:00:00 GMT",
-             "digest": recrawl.body_digest(b"page"), "interval": 2592000.0,
-             "capture": recrawl.capture("2026-12-04T19:16:08.201768Z",
-                                        "<urn:uuid:c805281a-cad8-4e5f-a8dd-7b9b1e6c280e>", "u", "u")}
+    settings = load_crawl_config(["frontier.adaptive_recrawl=true"]).frontier
+    validators = {"etag": '"5f3a-61c2b8e4d1a40"', "last-modified": "Tue, 01 Dec 2026 10:00:00 GMT"}
+    state = recrawl.observe(None, 200, validators, b"page", 2592000.0, settings)   # as the scheduler keeps it
+    state.pop("changed")
+    state[recrawl.CAPTURE] = recrawl.capture("2026-12-04T19:16:08.201768Z",
+                                             "<urn:uuid:c805281a-cad8-4e5f-a8dd-7b9b1e6c280e>", "u", "u")
+    # the same state as the scheduler wrote it before 2026-12-05: long keys, the interval a float, spaced JSON
+    before = {"etag": validators["etag"], "last_modified": validators["last-modified"],
+              "digest": state[recrawl.DIGEST], "interval": 2592000.0, "capture": state[recrawl.CAPTURE]}
 
-    def carrying(url: NewUrl) -> NewUrl:
+    def carrying(url: NewUrl, kept: dict = state, encode=payload_of) -> NewUrl:
         payload = json.loads(url.payload)
-        payload["meta"][recrawl.META_KEY] = state
-        return dataclasses.replace(url, payload=json.dumps(payload))
+        return dataclasses.replace(url, payload=encode(payload["url"], {**payload["meta"], recrawl.META_KEY: kept}))
 
+    spaced = lambda url, meta: json.dumps({"url": url, "meta": meta})
     rows = []
-    for name, change in (("plain payload", lambda u: u), ("with the recrawl state", carrying)):
+    for name, change in (("plain payload", lambda u: u), ("with the recrawl state", carrying),
+                         ("as written before 2026-12-05", lambda u: carrying(u, before, spaced))):
         client.flushall()
         f = RedisFrontier(f"redis://127.0.0.1:{port}/0", "benchrec", 1, BloomLayout(TEN_M, 1e-6))
         urls = [change(u) for u in make_urls(args.mem_urls, args.hosts, tag="r")]
@@ -519,7 +526,8 @@ def recrawl_state_bytes(client: redis.Redis, port: int, args) -> None:
     client.flushall()
     print(f"  URL record, {args.mem_urls:,} queued URLs: " + "; ".join(
         f"{name}: {payload:.0f}-B payload, {record:.0f} B/URL" for name, payload, record in rows)
-        + f"; the recrawl state adds {rows[1][2] - rows[0][2]:.0f} B a record")
+        + f"; the recrawl state adds {rows[1][2] - rows[0][2]:.0f} B a record; a recrawled URL's record "
+        f"{rows[1][2]:.0f} B against {rows[2][2]:.0f} B as written before ({rows[1][2] / rows[2][2]:.3f}x)")
 
 
 def default_layout_at_10m(per_block: float) -> int:

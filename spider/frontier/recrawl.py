@@ -13,9 +13,11 @@ within [`recrawl_min_s`, `recrawl_max_s`].  So pages that never change are asked
 news front page settles near the minimum.
 
 What a page's recrawl needs travels in its frontier payload (`weblm_recrawl` in the request meta): the validators,
-a digest of the last body, its capture and the interval; nothing in the backends' schema.  It costs Redis ~320 B a
-URL record (conf/crawl_plan.yaml url_record_bytes).  The decision per answer is a pure function here; the scheduler
-(spider/frontier/scheduler.py) applies it.
+a digest of the last body, its capture and the interval; nothing in the backends' schema.  It rides in every
+recrawled URL's record, so it is kept small: one-letter keys, no empty validator, a whole interval without its ".0"
+(a state written with the longer keys of before is still read).  It costs Redis ~256 B a URL record
+(conf/crawl_plan.yaml url_record_bytes; bench/frontier_ops.py --only memory).  The decision per answer is a pure
+function here; the scheduler (spider/frontier/scheduler.py) applies it.
 """
 from __future__ import annotations
 
@@ -23,18 +25,27 @@ import hashlib
 from typing import Any, Mapping
 
 META_KEY = "weblm_recrawl"
+# the state's keys, one letter each (the state rides in every recrawled URL's record); the longer names of before
+ETAG, LAST_MODIFIED, DIGEST, INTERVAL, CAPTURE = "t", "m", "d", "i", "c"
+_BEFORE = {ETAG: "etag", LAST_MODIFIED: "last_modified", DIGEST: "digest", INTERVAL: "interval", CAPTURE: "capture"}
 _UUID_ID = "<urn:uuid:"   # warcio's WARC-Record-IDs: <urn:uuid:...>
+
+
+def get(state: Mapping[str, Any] | None, key: str) -> Any:
+    """A field of the state (ETAG, LAST_MODIFIED, DIGEST, INTERVAL, CAPTURE), in either spelling; None if absent."""
+    if not state:
+        return None
+    value = state.get(key)
+    return state.get(_BEFORE[key]) if value is None else value
 
 
 def conditional_headers(state: Mapping[str, Any] | None) -> dict[str, str]:
     """The headers that make a recrawl conditional on the page having changed since its last 200."""
-    if not state:
-        return {}
     headers = {}
-    if state.get("etag"):
-        headers["If-None-Match"] = state["etag"]
-    if state.get("last_modified"):
-        headers["If-Modified-Since"] = state["last_modified"]
+    if get(state, ETAG):
+        headers["If-None-Match"] = get(state, ETAG)
+    if get(state, LAST_MODIFIED):
+        headers["If-Modified-Since"] = get(state, LAST_MODIFIED)
     return headers
 
 
@@ -51,19 +62,21 @@ def observe(state: Mapping[str, Any] | None, status: int, headers: Mapping[str, 
     if status == 304:
         if not state:
             return None
-        changed, new = False, dict(state)
+        changed = False
+        new = {key: get(state, key) for key in (ETAG, LAST_MODIFIED, DIGEST, CAPTURE)}
     elif 200 <= status < 300:
         digest = body_digest(body)
-        changed = bool(state) and state.get("digest") != digest
-        new = {"etag": headers.get("etag") or None, "last_modified": headers.get("last-modified") or None,
-               "digest": digest}
+        changed = bool(state) and get(state, DIGEST) != digest
+        new = {ETAG: headers.get("etag"), LAST_MODIFIED: headers.get("last-modified"), DIGEST: digest}
     else:
         return None
-    interval = float(state.get("interval", start_s)) if state else start_s
+    interval = interval_of(state, start_s)
     if state and f.adaptive_recrawl:
         interval *= (1 - f.recrawl_dec_rate) if changed else (1 + f.recrawl_inc_rate)
         interval = min(max(interval, f.recrawl_min_s), f.recrawl_max_s)
-    new["interval"] = round(interval, 3)
+    new = {key: value for key, value in new.items() if value}   # no empty validator, no capture yet
+    interval = round(interval, 3)
+    new[INTERVAL] = int(interval) if interval.is_integer() else interval
     new["changed"] = changed
     return new
 
@@ -77,7 +90,7 @@ def capture(date: str, record_id: str, url: str, frontier_url: str) -> list[str]
 
 def captured(state: Mapping[str, Any] | None, url: str) -> tuple[str, str, str] | None:
     """(URL, WARC-Date, WARC-Record-ID) of the capture `capture()` kept in `state`, or None."""
-    kept = (state or {}).get("capture")
+    kept = get(state, CAPTURE)
     if not kept:
         return None
     date, uuid, *other = kept
@@ -86,4 +99,5 @@ def captured(state: Mapping[str, Any] | None, url: str) -> tuple[str, str, str] 
 
 def interval_of(state: Mapping[str, Any] | None, start_s: float) -> float:
     """The wait before the page's next fetch: its own interval once it has one, else `start_s`."""
-    return float(state["interval"]) if state and state.get("interval") else start_s
+    interval = get(state, INTERVAL)
+    return float(interval) if interval else start_s

@@ -217,7 +217,7 @@ class FrontierScheduler(BaseScheduler):
         seed = bool(request.meta.get("weblm_seed"))
         priority = (self.cfg.frontier.seed_boost if seed else 0) - depth
         meta = {k: request.meta[k] for k in CARRIED_META if k in request.meta}
-        payload = json.dumps({"url": url, "meta": meta})
+        payload = payload_of(url, meta)
         host = politeness_key(url, self.cfg.frontier.politeness_key)
         in_scope = self.admission.knows((urlsplit(url).hostname or "").lower())
         self._adds.append(NewUrl(key.hex(), host, url, priority, payload, url_hashes(key), in_scope))
@@ -556,7 +556,7 @@ class FrontierScheduler(BaseScheduler):
     def _retry(self, lease_id: str, request: Request) -> bool:
         item = self._forget(lease_id)
         meta = {k: request.meta[k] for k in CARRIED_META if k in request.meta}
-        self._op("requeue", [lease_id], time.time(), {lease_id: json.dumps({"url": item.url, "meta": meta})})
+        self._op("requeue", [lease_id], time.time(), {lease_id: payload_of(item.url, meta)})
         self.stats.inc_value("weblm/frontier/retries_requeued")
         return True
 
@@ -566,7 +566,7 @@ class FrontierScheduler(BaseScheduler):
         if item is not None:
             item.record_id = record_id
             if item.new_capture and date:   # the capture a 304 to the next recrawl's validators refers to
-                item.meta[recrawl.META_KEY]["capture"] = recrawl.capture(date, record_id, request.url, item.url)
+                item.meta[recrawl.META_KEY][recrawl.CAPTURE] = recrawl.capture(date, record_id, request.url, item.url)
                 item.new_capture = False
 
     def _on_durable(self, warc: DurableWarc) -> None:
@@ -589,8 +589,7 @@ class FrontierScheduler(BaseScheduler):
                     continue
             item = self._forget(id_)
             if item is not None and item.observed:   # its validators and interval travel with it to its recrawl
-                payloads[id_] = json.dumps({"url": item.url, "meta": {k: item.meta[k] for k in CARRIED_META
-                                                                      if k in item.meta}})
+                payloads[id_] = payload_of(item.url, {k: item.meta[k] for k in CARRIED_META if k in item.meta})
             by_refetch[self._refetch_at(item, now)].append(id_)
         if payloads:   # held by this worker until the ack below: a payload-only requeue of none
             self._op("requeue", [], now, payloads)
@@ -806,6 +805,12 @@ class FrontierScheduler(BaseScheduler):
             logger.error("frontier: could not apply the last %d operation(s): %s; their URLs come back after "
                          "frontier.lease_s", len(ops), exc)
         backend.close()
+
+
+def payload_of(url: str, meta: dict) -> str:
+    """A URL's record in the frontier: its URL and the request meta it carries, as compact JSON (it is kept for every
+    URL the frontier knows, until its recrawl)."""
+    return json.dumps({"url": url, "meta": meta}, separators=(",", ":"))
 
 
 def robots_key(url: str) -> str:

@@ -32,17 +32,17 @@ def test_the_capture_a_304_refers_to_is_kept_compact():
     record_id = "<urn:uuid:c805281a-cad8-4e5f-a8dd-7b9b1e6c280e>"
     kept = recrawl.capture("2026-12-04T19:16:08Z", record_id, "http://a.test/p", "http://a.test/p")
     assert kept == ["2026-12-04T19:16:08Z", "c805281a-cad8-4e5f-a8dd-7b9b1e6c280e"]
-    assert recrawl.captured({"capture": kept}, "http://a.test/p") == ("http://a.test/p", kept[0], record_id)
+    assert recrawl.captured({recrawl.CAPTURE: kept}, "http://a.test/p") == ("http://a.test/p", kept[0], record_id)
     moved = recrawl.capture("d", "<other-id>", "http://a.test/new", "http://a.test/p")   # the 200 came via a redirect
-    assert recrawl.captured({"capture": moved}, "http://a.test/p") == ("http://a.test/new", "d", "<other-id>")
+    assert recrawl.captured({recrawl.CAPTURE: moved}, "http://a.test/p") == ("http://a.test/new", "d", "<other-id>")
     assert recrawl.captured({}, "http://a.test/p") is None and recrawl.captured(None, "u") is None
 
 
 def test_the_first_answer_keeps_validators_and_the_first_interval():
     state = recrawl.observe(None, 200, {"etag": '"v1"', "last-modified": "Tue, 01 Dec 2026 10:00:00 GMT"}, b"page",
                             DAY, Settings())
-    assert state["etag"] == '"v1"' and state["last_modified"] == "Tue, 01 Dec 2026 10:00:00 GMT"
-    assert state["interval"] == DAY and state["changed"] is False
+    assert state[recrawl.ETAG] == '"v1"' and state[recrawl.LAST_MODIFIED] == "Tue, 01 Dec 2026 10:00:00 GMT"
+    assert state[recrawl.INTERVAL] == DAY and state["changed"] is False
     assert recrawl.conditional_headers(state) == {"If-None-Match": '"v1"',
                                                   "If-Modified-Since": "Tue, 01 Dec 2026 10:00:00 GMT"}
     assert recrawl.conditional_headers(None) == {}
@@ -51,21 +51,39 @@ def test_the_first_answer_keeps_validators_and_the_first_interval():
 def test_unchanged_pages_come_back_less_often_and_changed_ones_more_often_within_bounds():
     first = recrawl.observe(None, 200, {"etag": '"v1"'}, b"page", DAY, Settings())
     not_modified = recrawl.observe(first, 304, {}, b"", DAY, Settings())
-    assert not_modified["interval"] == pytest.approx(1.4 * DAY) and not_modified["etag"] == '"v1"'
+    assert not_modified[recrawl.INTERVAL] == pytest.approx(1.4 * DAY) and not_modified[recrawl.ETAG] == '"v1"'
     assert not_modified["changed"] is False
     same_body = recrawl.observe(first, 200, {}, b"page", DAY, Settings())   # no validators: the body tells
-    assert same_body["interval"] == pytest.approx(1.4 * DAY) and same_body["etag"] is None
+    assert same_body[recrawl.INTERVAL] == pytest.approx(1.4 * DAY) and recrawl.ETAG not in same_body
     changed = recrawl.observe(first, 200, {"etag": '"v2"'}, b"new page", DAY, Settings())
-    assert changed["interval"] == pytest.approx(0.8 * DAY) and changed["changed"] is True
+    assert changed[recrawl.INTERVAL] == pytest.approx(0.8 * DAY) and changed["changed"] is True
     state = first
     for _ in range(40):
-        state = recrawl.observe(state, 200, {}, str(state["interval"]).encode(), DAY, Settings())
-    assert state["interval"] == 3600.0   # recrawl_min_s
+        state = recrawl.observe(state, 200, {}, str(state[recrawl.INTERVAL]).encode(), DAY, Settings())
+    assert state[recrawl.INTERVAL] == 3600.0   # recrawl_min_s
     for _ in range(40):
         state = recrawl.observe(state, 304, {}, b"", DAY, Settings())
-    assert state["interval"] == 86400.0 * 365   # recrawl_max_s
+    assert state[recrawl.INTERVAL] == 86400.0 * 365   # recrawl_max_s
     fixed = recrawl.observe(first, 304, {}, b"", DAY, Settings(adaptive_recrawl=False))
-    assert fixed["interval"] == DAY
+    assert fixed[recrawl.INTERVAL] == DAY
+
+
+def test_the_state_is_kept_small_and_a_state_written_before_is_still_read():
+    state = recrawl.observe(None, 200, {"etag": '"v1"'}, b"page", DAY, Settings())
+    state.pop("changed")
+    assert json.dumps(state, separators=(",", ":")) == (
+        '{"t":"\\"v1\\"","d":"%s","i":86400}' % recrawl.body_digest(b"page"))   # no empty Last-Modified, no ".0"
+    before = {"etag": '"v1"', "last_modified": "Tue, 01 Dec 2026 10:00:00 GMT", "digest": recrawl.body_digest(b"page"),
+              "interval": DAY, "capture": ["2026-12-04T19:16:08Z", "c805281a-cad8-4e5f-a8dd-7b9b1e6c280e"]}
+    assert recrawl.conditional_headers(before) == {"If-None-Match": '"v1"',
+                                                   "If-Modified-Since": "Tue, 01 Dec 2026 10:00:00 GMT"}
+    assert recrawl.interval_of(before, 1.0) == DAY
+    assert recrawl.captured(before, "http://a.test/p")[1] == "2026-12-04T19:16:08Z"
+    same = recrawl.observe(before, 200, {"etag": '"v1"'}, b"page", DAY, Settings())   # the digest still compares
+    assert same["changed"] is False and same[recrawl.INTERVAL] == pytest.approx(1.4 * DAY)
+    not_modified = recrawl.observe(before, 304, {}, b"", DAY, Settings())   # rewritten in the short form, all of it
+    assert not_modified[recrawl.CAPTURE] == before["capture"] and not_modified[recrawl.ETAG] == '"v1"'
+    assert not [key for key in not_modified if key in before]
 
 
 @pytest.mark.parametrize("status", [301, 404, 503])
@@ -149,9 +167,9 @@ def test_a_recrawl_asks_conditionally_archives_the_304_and_adapts_each_pages_int
     now = time.time()
     for page, factor in ((f"{SITE}/same", 1.4), (f"{SITE}/plain", 1.4), (f"{SITE}/", 1.4), (f"{SITE}/changing", 0.8)):
         state, due = rows[page]
-        assert state["interval"] == pytest.approx(first_s * factor), page
+        assert state[recrawl.INTERVAL] == pytest.approx(first_s * factor), page
         assert now < due <= now + first_s * factor, page
-    assert rows[f"{SITE}/same"][0]["etag"] == '"same-1"'
+    assert rows[f"{SITE}/same"][0][recrawl.ETAG] == '"same-1"'
     assert recrawl.captured(rows[f"{SITE}/same"][0], f"{SITE}/same") == tuple(
         original["headers"].get_header(f) for f in ("WARC-Target-URI", "WARC-Date", "WARC-Record-ID"))
-    assert len(rows[f"{SITE}/same"][0]["capture"]) == 2   # [date, uuid]: the URL is the frontier's own
+    assert len(rows[f"{SITE}/same"][0][recrawl.CAPTURE]) == 2   # [date, uuid]: the URL is the frontier's own
