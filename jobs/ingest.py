@@ -356,6 +356,22 @@ def _remove_stale_copies(base: str) -> None:
             os.close(lock)
 
 
+def _resolved(base, location):
+    """A redirect's Location against the URL that answered it (RFC 9110 §10.2.2: it may be relative), by urljoin in a
+    pandas UDF: only the site files' redirects go through it."""
+    from pyspark.sql.functions import pandas_udf
+
+    @pandas_udf("string")
+    def resolve(bases, locations):
+        from urllib.parse import urljoin
+
+        import pandas as pd
+
+        return pd.Series([urljoin(b, loc.strip()) for b, loc in zip(bases, locations)])
+
+    return resolve(base, location)
+
+
 # -- the job -------------------------------------------------------------------------------------------------
 class IngestJob(SparkJob):
     name = "ingest"
@@ -460,16 +476,29 @@ class IngestJob(SparkJob):
 
     def _keep_site_files(self, spark, pages) -> dict:
         """`bronze.site_files`: the pages of this run that are a host's site-wide file extract reads (TDMRep's
-        `/.well-known/tdmrep.json`: jobs/text/tdmrep.py), a few per host, kept apart so that extract joins them to
+        `/.well-known/tdmrep.json`: the `tdmrep` package), a few per host, kept apart so that extract joins them to
         the host's pages without scanning every page's html.  A lake ingested before the table existed gets it from
-        all of bronze.pages once (the run that creates it)."""
+        all of bronze.pages once (the run that creates it).  A file's URL that redirects to another path stands with
+        the answer the redirect led to, when that page is in the same run (the crawl fetches it right after)."""
         from pyspark.sql import functions as F
 
         path = self.table(SITE_FILES)
         if table_version(spark, path) is None:
             pages = spark.read.format("delta").load(self.table(PAGES))
-        files = pages.where(F.col("url").endswith(WELL_KNOWN)).select(
-            "doc_id", "url", "host", "fetch_time", "status", "html", "warc_file", "warc_offset")
+        columns = ("doc_id", "url", "host", "fetch_time", "status", "html", "warc_file", "warc_offset")
+        asked = pages.where(F.col("url").endswith(WELL_KNOWN))
+        files = asked.select(*columns)
+        # a redirect from the file's place to another path (a CDN, /tdmrep.json): the answer it leads to, in this
+        # run's pages, stands as the answer to the URL asked (its doc_id, URL and time; the target's status and body)
+        hops = (asked.where(F.col("status").between(300, 399) & F.col("headers")["location"].isNotNull())
+                .select("doc_id", "url", "host", "fetch_time",
+                        _resolved(F.col("url"), F.col("headers")["location"]).alias("target")))
+        target = pages.where(~F.col("url").endswith(WELL_KNOWN) & ~F.col("status").between(300, 399))
+        landed = (target.alias("p").join(F.broadcast(hops).alias("h"), F.col("p.url") == F.col("h.target"))
+                  .select("h.doc_id", "h.url", "h.host", "h.fetch_time", "p.status", "p.html", "p.warc_file",
+                          "p.warc_offset")
+                  .dropDuplicates(["doc_id"]))   # the same URL fetched twice in the run: either answer
+        files = files.join(landed.select("doc_id"), "doc_id", "left_anti").unionByName(landed)
         return merge_table(spark, files, path, "doc_id", sync=False)
 
     def _not_yet_ingested(self, spark, listed: list[dict]) -> list[dict]:

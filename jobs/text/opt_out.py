@@ -10,7 +10,7 @@ Read per page from what the crawl archived, nothing fetched:
 `opt_out(headers, html, agents)` gives the first signal found ("tdm-reservation" or "noai") or None.  The meta tags
 are read from the page's first `HEAD_BYTES` with lxml (a `<head>` longer than that is rare; a reservation in the
 body would not be machine-readable in any standard's sense).  The site-wide `/.well-known/tdmrep.json` is read by
-jobs/text/tdmrep.py: extract joins each origin's file to its pages.
+the `tdmrep` package: extract joins each origin's file to its pages.
 """
 from __future__ import annotations
 

@@ -72,14 +72,24 @@ def test_extract_reads_each_hosts_latest_file_into_opt_out(spark, tmp_path):
         Page("http://busy.weblm.test/.well-known/tdmrep.json", 503, "text/html", b"busy",
              date="2026-01-31T00:00:00Z"),
         Page("http://busy.weblm.test/page", 200, kind, html),
+        # the file's place redirects: to another path of the host (relative), and to another host
+        Page("http://moved.weblm.test/.well-known/tdmrep.json", 301, "text/html", b"moved",
+             headers=(("Location", "/policies/tdm.json"),)),
+        Page("http://moved.weblm.test/policies/tdm.json", 200, "application/json", reserve_all),
+        Page("http://moved.weblm.test/page", 200, kind, html),
+        Page("http://hop.weblm.test/.well-known/tdmrep.json", 302, "text/html", b"found",
+             headers=(("Location", "http://cdn.weblm.test/hop.json"),)),
+        Page("http://cdn.weblm.test/hop.json", 200, "application/json", reserve_all),
+        Page("http://hop.weblm.test/page", 200, kind, html),
+        Page("http://cdn.weblm.test/page", 200, kind, html),   # the file speaks for the host that sent there
     ])
     IngestJob().run(["--lake", str(lake), "-p", f"warc_dir={warc}"])
     # ingest keeps the hosts' files apart (extract joins them without scanning every page's html)
     sites = DeltaTable(str(lake / "bronze" / "site_files")).to_pyarrow_table().to_pylist()
     assert sorted((r["url"].split("/")[2], r["status"]) for r in sites) == [
         ("broken.weblm.test", 200), ("busy.weblm.test", 200), ("busy.weblm.test", 503),
-        ("lifted.weblm.test", 200), ("lifted.weblm.test", 404),
-        ("none.weblm.test", 404), ("pub.weblm.test", 200)]
+        ("hop.weblm.test", 200), ("lifted.weblm.test", 200), ("lifted.weblm.test", 404),
+        ("moved.weblm.test", 200), ("none.weblm.test", 404), ("pub.weblm.test", 200)]
     assert ExtractJob().run(["--lake", str(lake)]).status == "ok"
     table = DeltaTable(str(lake / "silver" / "documents")).to_pyarrow_table().to_pylist()
     assert {r["url"]: r["opt_out"] for r in table} == {
@@ -90,7 +100,10 @@ def test_extract_reads_each_hosts_latest_file_into_opt_out(spark, tmp_path):
         "http://broken.weblm.test/page": None,
         "http://lifted.weblm.test/page": None,
         "http://busy.weblm.test/page": "tdmrep.json",
-        "https://pub.weblm.test/news/story": None}
+        "https://pub.weblm.test/news/story": None,
+        "http://moved.weblm.test/page": "tdmrep.json",
+        "http://hop.weblm.test/page": "tdmrep.json",
+        "http://cdn.weblm.test/page": None}
 
     # a lake ingested before bronze.site_files existed: the next ingest builds it from all of bronze.pages once
     shutil.rmtree(lake / "bronze" / "site_files")
