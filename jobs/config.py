@@ -276,6 +276,11 @@ class MaintainSettings:
     small_file_mib: float
     list_parallelism: int
     tables: list[str]
+    vacuum: str = "full"   # full | lite (VACUUM LITE: the files to delete from the table's log, no listing)
+
+    def __post_init__(self):
+        if self.vacuum not in ("full", "lite"):
+            raise ValueError(f"maintain.vacuum is {self.vacuum!r}: full or lite")
 
 
 @dataclass(frozen=True)

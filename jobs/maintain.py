@@ -13,7 +13,10 @@ a `_delta_log`, `_ledger/*` included):
   delta-rs), so that a few large files do not hide many small ones;
 - VACUUM `maintain.retention_hours` (Delta's default 7 days), run only when a commit has aged past the retention
   window since the table's last VACUUM (otherwise there is nothing it could delete, and listing the table's folder
-  is the costly part); it also deletes files a killed job wrote but never committed.
+  is the costly part); it also deletes files a killed job wrote but never committed.  With `maintain.vacuum: lite`
+  it is Delta's VACUUM LITE, which reads the files to delete from the table's log instead of listing the folder
+  (cheaper on object storage for tables of many files) and leaves a killed job's files to a full run; where Delta
+  refuses LITE (the log no longer reaches back to the last VACUUM) the table gets a full one.
 
 Both are Delta operations (delta-spark), nothing hand-written.  Neither changes a row: OPTIMIZE commits with
 `dataChange=false`, and `jobs.base.data_changed_since` lets the stages that compare versions (export's manifest)
@@ -44,6 +47,8 @@ VACUUM_LOGGING = "spark.databricks.delta.vacuum.logging.enabled"
 # OPTIMIZE rewrites every file under this (Delta's default 1 GiB): set to maintain.small_file_mib, so that compaction
 # rewrites the small files only, as Delta's auto compaction does, not the table's large files with them
 OPTIMIZE_MIN_FILE_SIZE = "spark.databricks.delta.optimize.minFileSize"
+# Delta's error condition when VACUUM LITE cannot find every deletable file in the log (maintain.vacuum: lite)
+LITE_REFUSED = "DELTA_CANNOT_VACUUM_LITE"
 DELTA_DEFAULT_RETENTION_HOURS = 168
 _MIB = 1024 * 1024
 
@@ -106,6 +111,7 @@ class TableMaintenance:
     compacted_into: int = 0        # ... with this many
     vacuumed_files: int | None = 0    # files VACUUM deleted (None: the table's log does not say)
     vacuumed_bytes: int | None = 0
+    vacuum: str | None = None        # the VACUUM run: "full" or "lite" (None: none was due)
     seconds: float = 0.0
     error: str | None = None
 
@@ -116,7 +122,8 @@ class TableMaintenance:
         if self.compacted_files:
             done.append(f"{self.compacted_files} files compacted into {self.compacted_into}")
         if self.vacuumed_files is None or self.vacuumed_files:
-            done.append(f"vacuum deleted {_count(self.vacuumed_files)} files ({_mib(self.vacuumed_bytes)})")
+            done.append(f"vacuum ({self.vacuum}) deleted {_count(self.vacuumed_files)} files "
+                        f"({_mib(self.vacuumed_bytes)})")
         return (f"{self.table}: {self.files} files ({_mib(self.bytes)}): "
                 f"{'; '.join(done) or 'nothing to do'} ({self.seconds:.1f} s)")
 
@@ -204,7 +211,18 @@ class MaintainJob(SparkJob):
         if not vacuum_due(commits, time.time(), cfg.retention_hours * 3600):
             return
         before = max(v for v, _, _ in commits)
-        spark.sql(f"VACUUM delta.`{path}` RETAIN {cfg.retention_hours:g} HOURS").collect()
+        result.vacuum = cfg.vacuum
+        retain = f"RETAIN {cfg.retention_hours:g} HOURS"
+        try:
+            spark.sql(f"VACUUM delta.`{path}` {'LITE ' if cfg.vacuum == 'lite' else ''}{retain}").collect()
+        except Exception as exc:  # noqa: BLE001  (py4j and Spark's own error types; the condition names it)
+            if cfg.vacuum != "lite" or LITE_REFUSED not in str(exc):
+                raise
+            said = next((line for line in str(exc).splitlines() if LITE_REFUSED in line), LITE_REFUSED)
+            log.warning("maintain: %s: Delta refused VACUUM LITE (its log no longer reaches back to the last VACUUM: "
+                        "%s); running a full VACUUM", location, said.strip()[:300])
+            result.vacuum = "full"
+            spark.sql(f"VACUUM delta.`{path}` {retain}").collect()
         start = (table.history().where(f"version > {before} AND operation = 'VACUUM START'")
                  .select("operationMetrics").first())
         metrics = (start[0] if start else None) or {}

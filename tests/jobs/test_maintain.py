@@ -116,6 +116,42 @@ def test_maintenance_compacts_and_vacuums_every_table_and_changes_no_row(spark, 
     assert again.extra["files_compacted"] == 0 and again.extra["files_vacuumed"] == 0
 
 
+def live_files(spark, table: Path) -> set[str]:
+    return {Path(f).name for f in spark.read.format("delta").load(str(table)).inputFiles()}
+
+
+def test_lite_vacuum_deletes_what_the_log_retired_and_leaves_a_killed_jobs_file_to_a_full_one(spark, churned, caplog):
+    lake = churned / "lake"
+    documents, quality = lake / "silver" / "documents", lake / "silver" / "quality"
+    orphan = quality / "part-00000-killed-job.snappy.parquet"
+    assert table_files(documents) - live_files(spark, documents) and orphan.exists()
+    lite = ("maintain.retention_hours=0", "maintain.compact_min_files=1000", "maintain.vacuum=lite",
+            "maintain.tables=[silver.documents,silver.quality,bronze.pages]")
+    # bronze.pages: a log that no longer reaches back to version 0 (checkpointed, its first commits cleaned up)
+    pages = str(lake / "bronze" / "pages")
+    spark.sql(f"ALTER TABLE delta.`{pages}` SET TBLPROPERTIES ('delta.checkpointInterval' = '1')")
+    spark.read.format("delta").load(pages).localCheckpoint().write.format("delta").mode("overwrite").save(pages)
+    assert list((lake / "bronze" / "pages" / "_delta_log").glob("*.checkpoint.parquet"))
+    (lake / "bronze" / "pages" / "_delta_log" / f"{0:020d}.json").unlink()
+
+    metrics = run_maintain(churned, *lite)
+
+    assert metrics.status == "ok"
+    tables = metrics.extra["tables"]
+    assert table_files(documents) == live_files(spark, documents)     # the files the log retired are gone
+    assert orphan.exists() and tables["silver.quality"]["vacuum"] == "lite"   # no listing: nobody saw it
+    assert tables["silver.documents"]["vacuum"] == "lite" and tables["silver.documents"]["vacuumed_files"] >= 3
+    assert tables["bronze.pages"]["vacuum"] == "full"   # Delta refused LITE there: a full VACUUM instead, logged
+    assert table_files(lake / "bronze" / "pages") == live_files(spark, lake / "bronze" / "pages")
+    assert "Delta refused VACUUM LITE" in caplog.text and "DELTA_CANNOT_VACUUM_LITE" in caplog.text
+
+    # a full VACUUM, once a commit has aged past the window since the last one, takes the killed job's file
+    spark.read.format("delta").load(str(quality)).localCheckpoint().write.format("delta").mode("overwrite").save(
+        str(quality))
+    full = run_maintain(churned, "maintain.retention_hours=0", "maintain.tables=[silver.quality]")
+    assert full.extra["tables"]["silver.quality"]["vacuum"] == "full" and not orphan.exists()
+
+
 def test_on_a_young_lake_the_defaults_commit_nothing_and_keep_every_file(spark, churned):
     lake = churned / "lake"
     before = versions(lake)
