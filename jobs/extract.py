@@ -107,7 +107,8 @@ def _extract_batches(batches: Iterator, cfg: ExtractSettings, extract) -> Iterat
         yield frame
 
 
-def _origin():
+def url_origin():
+    """The URL column's origin (scheme://host[:port], lowercased): what a TDMRep file speaks for."""
     from pyspark.sql import functions as F
 
     return F.lower(F.regexp_extract("url", r"^([A-Za-z][A-Za-z0-9+.-]*://[^/?#]+)", 1))
@@ -123,7 +124,7 @@ def latest_tdm_files(site_files):
     latest = Window.partitionBy("origin").orderBy(F.col("fetch_time").desc(), F.col("doc_id"))
     definite = (F.col("status") == 200) | F.col("status").between(400, 499)
     return (site_files.where(definite)   # ingest keeps only the /.well-known/tdmrep.json answers there
-            .select(_origin().alias("origin"), "fetch_time", "doc_id", "status", "html")
+            .select(url_origin().alias("origin"), "fetch_time", "doc_id", "status", "html")
             .withColumn("n", F.row_number().over(latest)).where(F.col("n") == 1)
             .select("origin", F.col("doc_id").alias("file_id"),
                     F.when(F.col("status") == 200, F.col("html")).alias("tdm_rules")))
@@ -138,7 +139,7 @@ def with_tdm_rules(todo, files):
 
     if files is None:
         return todo.withColumn("tdm_rules", F.lit(None).cast("binary"))
-    return todo.withColumn("origin", _origin()).join(files.drop("file_id"), "origin", "left").drop("origin")
+    return todo.withColumn("origin", url_origin()).join(files.drop("file_id"), "origin", "left").drop("origin")
 
 
 def tdm_flag_batches(batches: Iterator) -> Iterator:
@@ -240,7 +241,7 @@ class ExtractJob(SparkJob):
         if extracted is not None and stored is not None and "opt_out" in stored.columns and not is_empty(changed):
             docs = (stored.select("doc_id", "url", "opt_out")
                     .where(F.col("opt_out").isNull() | (F.col("opt_out") == RESERVED))
-                    .withColumn("origin", _origin()).join(changed.drop("file_id"), "origin")
+                    .withColumn("origin", url_origin()).join(changed.drop("file_id"), "origin")
                     .join(extracted, "doc_id", "left_anti").select("doc_id", "url", "opt_out", "tdm_rules"))
             updates = (docs.mapInPandas(tdm_flag_batches, "doc_id string, opt_out string, flag string")
                        .where(~F.col("flag").eqNullSafe(F.col("opt_out"))).select("doc_id", "flag")

@@ -413,6 +413,32 @@ def signal_histograms(lake: Lake, signals, rows: int) -> dict:
     return {"rows": rows, "sampled_rows": int(len(data)), "columns": out}
 
 
+def tdm_reservations(lake: Lake) -> list[dict]:
+    """Per origin whose latest TDMRep file (bronze.site_files) reserves text and data mining anywhere: the locations
+    it reserves, the licence policies it names (`tdm-policy`) and how many of its documents in silver.documents the
+    file flags (opt_out = tdmrep.json), most first: whom to ask for a licence, and what one would bring back."""
+    from pyspark.sql import functions as F
+
+    import tdmrep
+    from jobs.extract import latest_tdm_files, url_origin
+
+    files = lake.table("bronze.site_files")
+    if files is None:
+        return []
+    reserving = {}
+    for row in latest_tdm_files(files).where(F.col("tdm_rules").isNotNull()).collect():   # a few rows per host
+        rules = tdmrep.reservations(row["tdm_rules"])
+        if rules:
+            reserving[row["origin"]] = rules
+    documents = lake.table("silver.documents")
+    flagged = {}
+    if reserving and documents is not None and "opt_out" in documents.columns:
+        flagged = dict(documents.where(F.col("opt_out") == tdmrep.RESERVED).groupBy(url_origin()).count().collect())
+    rows = [{"origin": origin, "documents": flagged.get(origin, 0), "locations": [loc for loc, _ in rules],
+             "policies": sorted({policy for _, policy in rules if policy})} for origin, rules in reserving.items()]
+    return sorted(rows, key=lambda r: (-r["documents"], r["origin"]))
+
+
 def collect(spark, cfg, paths) -> dict:
     """Every number of the report, as one JSON-able dict (the notebook and the command share it)."""
     lake = Lake(spark, cfg, paths)
@@ -432,7 +458,8 @@ def collect(spark, cfg, paths) -> dict:
     estimate_tokens(stages, ratio)
     return {"generated": datetime.now(timezone.utc).isoformat(timespec="seconds"), "lake": paths.lake,
             "chars_per_token": ratio, "stages": list(stages.values()), "overall": overall(lake, stages, final_name),
-            "retention": kept_per_key(), "signal_histograms": signal_histograms_of()}
+            "retention": kept_per_key(), "signal_histograms": signal_histograms_of(),
+            "tdm_reservations": tdm_reservations(lake)}
 
 
 def write(report: dict, out_html: str) -> tuple[str, str]:

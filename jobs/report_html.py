@@ -187,6 +187,18 @@ def retention_tables(report: dict) -> str:
     return "".join(out)
 
 
+def reservations_table(report: dict) -> str:
+    rows = report.get("tdm_reservations") or []
+    if not rows:
+        return ("<p class='muted'>No host's TDMRep file (/.well-known/tdmrep.json) in bronze.site_files reserves text "
+                "and data mining.</p>")
+    return ("<p class='muted'>Hosts whose TDMRep file reserves text and data mining: their documents are dropped "
+            "(reason opt_out); a licence policy says how to ask for them.</p>" + _table(
+                ["origin", "documents reserved", "locations reserved", "licence policy"],
+                [[html.escape(r["origin"]), _n(r["documents"]), html.escape(", ".join(r["locations"])),
+                  html.escape(", ".join(r["policies"]) or "none given")] for r in rows]))
+
+
 def histogram_grid(report: dict) -> str:
     hists = report["signal_histograms"]
     if not hists:
@@ -221,5 +233,6 @@ def render(report: dict) -> str:
             f"<style>{CSS}</style></head><body><h1>weblm: what each stage kept and dropped</h1>"
             f"<p class='muted'>lake {html.escape(str(report['lake']))} · generated {report['generated']}</p>"
             f"{summary(report)}<h2>Funnel</h2>{funnel_table(report)}{funnel_plot(report)}{stages}"
-            f"<h2>Retention</h2>{retention_tables(report)}<h2>Signal histograms</h2>{histogram_grid(report)}"
+            f"<h2>Retention</h2>{retention_tables(report)}<h2>TDM reservations</h2>{reservations_table(report)}"
+            f"<h2>Signal histograms</h2>{histogram_grid(report)}"
             f"</body></html>\n")

@@ -67,6 +67,15 @@ show(pd.DataFrame(report["retention"]["hosts"]))
 
 # COMMAND ----------
 
+# MAGIC %md ## TDM reservations: hosts whose `/.well-known/tdmrep.json` reserves mining, and their licence policies
+
+# COMMAND ----------
+
+show(pd.DataFrame(report["tdm_reservations"]) if report["tdm_reservations"]
+     else pd.DataFrame({"note": ["no host's TDMRep file reserves text and data mining"]}))
+
+# COMMAND ----------
+
 # MAGIC %md ## Signal histograms (red: the thresholds of `quality.filters`)
 
 # COMMAND ----------

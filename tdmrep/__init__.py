@@ -32,6 +32,13 @@ def parse_rules(body: bytes) -> tuple[tuple[re.Pattern, int | None], ...] | None
     a JSON array.  A rule without a string location is skipped.  Cached: every page of a host carries the same bytes;
     256 files at most, because a file may be as large as the crawl keeps (frontier.robots_max_bytes, 500 KiB), and a
     miss costs only a re-parse."""
+    rules = _rules(body)
+    return None if rules is None else tuple((_pattern(location), value) for location, value, _ in rules)
+
+
+def _rules(body: bytes) -> list[tuple[str, int | None, str | None]] | None:
+    """The file's rules in order as (location, reservation 0/1 or None when unset, tdm-policy or None); None when
+    `body` is not a JSON array.  A rule without a string location is skipped."""
     try:
         data = json.loads(body)
     except (ValueError, TypeError, RecursionError):   # not JSON or not UTF-8, or nested past the parser's depth
@@ -44,8 +51,16 @@ def parse_rules(body: bytes) -> tuple[tuple[re.Pattern, int | None], ...] | None
             continue
         value = rule.get("tdm-reservation")
         value = int(value) if str(value).strip() in ("0", "1") else None
-        rules.append((_pattern(rule["location"]), value))
-    return tuple(rules)
+        policy = rule.get("tdm-policy")
+        rules.append((rule["location"], value, policy.strip() or None if isinstance(policy, str) else None))
+    return rules
+
+
+def reservations(body: bytes | None) -> list[tuple[str, str | None]]:
+    """The locations the file reserves, in order, each with its `tdm-policy` (where the publisher says how to license
+    the mining, a URL; None when it gives none): what the report lists per host."""
+    rules = _rules(bytes(body)) if body is not None else None
+    return [(location, policy) for location, value, policy in rules or () if value == 1]
 
 
 def _pattern(location: str) -> re.Pattern:

@@ -394,6 +394,12 @@ class FrontierScheduler(BaseScheduler):
         if 200 <= status < 300:
             body = response.body[:f.robots_max_bytes]
             self.stats.inc_value(f"weblm/tdmrep/{'found' if tdmrep.declares(body) else 'invalid'}")
+            reserved = tdmrep.reservations(body)
+            if reserved:   # whom to ask for a licence: the lake's report lists them too
+                policies = sorted({policy for _, policy in reserved if policy})
+                logger.info("tdmrep.json for %s reserves text and data mining on %s; licence policy: %s",
+                            response.meta[TDMREP_META], ", ".join(loc for loc, _ in reserved[:10]),
+                            ", ".join(policies[:5]) or "none given")
             self._tdm_settled(response.meta[TDMREP_META], body)
         elif status == 429 or status >= 500:
             self._tdm_settled(response.meta[TDMREP_META], None, f"HTTP {status}")

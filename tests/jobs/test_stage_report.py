@@ -135,6 +135,7 @@ def test_the_page_is_self_contained_and_holds_the_funnel(full_lake):
         kept = f"{stage['kept']['documents']:,}"
         assert re.search(rf"<td>{stage['stage']}</td><td><span class=\"ok\">ok</span></td>.*?<td>{kept}</td>", funnel)
     assert "≈" in page  # estimated tokens are marked as such
+    assert report["tdm_reservations"] == [] and "No host's TDMRep file" in page   # no local web host reserves
 
 
 def test_a_stage_that_never_ran_is_reported_as_not_run(pipeline, tmp_path):

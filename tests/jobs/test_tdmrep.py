@@ -104,6 +104,23 @@ def test_extract_reads_each_hosts_latest_file_into_opt_out(spark, tmp_path):
         "http://moved.weblm.test/page": "tdmrep.json",
         "http://hop.weblm.test/page": "tdmrep.json",
         "http://cdn.weblm.test/page": None}
+    # the report names the hosts that reserve, what, how many documents it cost and the licence policy they give
+    from conf.paths import load_paths
+    from jobs.config import load_jobs_config
+    from jobs.report import Lake, tdm_reservations
+
+    from jobs.report_html import reservations_table
+
+    rows = tdm_reservations(Lake(spark, load_jobs_config(), load_paths([f"lake={lake}"])))
+    table = reservations_table({"tdm_reservations": rows})   # the report page's section
+    assert "<td>http://pub.weblm.test</td><td>1</td><td>/news/*, /exact$, /café/*</td>" in table
+    assert "https://pub.example/policies/tdm.json" in table and "none given" in table
+    assert rows == [
+        {"origin": "http://busy.weblm.test", "documents": 1, "locations": ["/*"], "policies": []},
+        {"origin": "http://hop.weblm.test", "documents": 1, "locations": ["/*"], "policies": []},
+        {"origin": "http://moved.weblm.test", "documents": 1, "locations": ["/*"], "policies": []},
+        {"origin": "http://pub.weblm.test", "documents": 1, "locations": ["/news/*", "/exact$", "/café/*"],
+         "policies": ["https://pub.example/policies/tdm.json"]}]   # most documents first, then by origin
 
     # a lake ingested before bronze.site_files existed: the next ingest builds it from all of bronze.pages once
     shutil.rmtree(lake / "bronze" / "site_files")

@@ -59,7 +59,9 @@ def test_archive_asks_each_host_for_its_tdmrep_file_once_archives_it_and_fetches
     assert {"http://reserved.weblm.test/next", "http://open.weblm.test/next"} <= set(archived)
 
 
-PARTLY = json.dumps([{"location": "/private/*", "tdm-reservation": 1}, {"location": "/*", "tdm-reservation": 0}])
+LICENCE = "https://reserved.weblm.test/licence.json"
+PARTLY = json.dumps([{"location": "/private/*", "tdm-reservation": 1, "tdm-policy": LICENCE},
+                     {"location": "/*", "tdm-reservation": 0}])
 
 
 def _stored_file(tmp_path, frontier: list[str], host: str) -> bytes | None:
@@ -98,6 +100,8 @@ def test_respect_asks_for_the_file_before_any_page_and_leaves_the_reserved_pages
     assert stats["weblm/tdmrep/reserved"] >= 2   # the leased seed, and each link to /private/a once rules are known
     assert not any(k.startswith("weblm/errors/") for k in stats), stats
     assert "tdmrep.json for down.weblm.test could not be read (HTTP 503)" in run.log
+    said = "tdmrep.json for reserved.weblm.test reserves text and data mining on /private/*; licence policy: "
+    assert said + LICENCE in run.log
     # archived like any fetch, for the lake
     archived = {r["headers"].get_header("WARC-Target-URI"): r for path in run.warc_files for r in read_warc(path)
                 if r["type"] == "response"}
