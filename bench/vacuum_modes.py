@@ -8,10 +8,10 @@ whole --rewrites times (each retires --live files) and then changed by --deletes
 retires one file: an incremental run's MERGE touches few files of a large table), so that
 --live x --rewrites + --deletes files are out of use; then `VACUUM ... [LITE] RETAIN 0 HOURS` as jobs/maintain.py
 runs it, timed alone; the two modes alternate (full, lite, lite, full, ...) so that a warming JVM or a filling
-bucket falls on both.  The S3 server is the tests' harness, moto's server mode on 127.0.0.1 reached through s3a (conf/storage.yaml
-pointed at it by an overlay): listing a folder there is HTTP round trips, as on S3, but without a network's
-latency, so the ratio lite/full here is a floor on the saving, not the figure S3 would give.  Prints each run, the
-medians and lite/full per store, and checks that both modes deleted the same files.
+bucket falls on both.  The S3 server is the tests' harness, moto's server mode on 127.0.0.1 reached through s3a
+(conf/storage.yaml pointed at it by an overlay): listing a folder there is HTTP round trips, as on S3, but without a
+network's latency, so the saving measured here is a lower bound of what S3 would give, not its figure.  Prints each
+run, the medians and lite/full per store, and checks that both modes deleted the same files.
 
 Measured (2026-12-05, 2 cores, moto 5.2, delta-spark 4.4; each mode deleted every retired file in every run):
 - defaults (2,000 live files, 5 retired by DELETEs): local full 2.85 s / lite 2.38 s (median, lite/full 0.835);
