@@ -30,6 +30,11 @@ _HOP_HEADERS = {"content-encoding", "content-length", "transfer-encoding", "conn
 # how far the page reaches below the viewport (0: it fits, nothing to scroll for)
 _HEIGHT_JS = "() => document.body ? Math.max(0, document.body.scrollHeight - window.innerHeight) : 0"
 _DOM_BYTES_JS = "() => document.documentElement ? document.documentElement.outerHTML.length : 0"
+# resolves once the page has drawn two frames and run a task after them: the intersection observers, scroll
+# handlers and rAF callbacks that a scroll or a response set off have run and sent their requests (250 ms at most,
+# for a page that draws no frames)
+_FRAMES_JS = ("() => new Promise(done => { setTimeout(done, 250);"
+              " requestAnimationFrame(() => requestAnimationFrame(() => setTimeout(done, 0))); })")
 
 
 @dataclass
@@ -56,11 +61,13 @@ class _PageCrashed(Exception):
 
 
 class _Traffic:
-    """The page's requests: how many are in flight, and how many have started or ended so far."""
+    """The page's requests: how many are in flight, how many have started or ended so far, and how many of those in
+    flight wait on the crawl itself (robots.txt, their host's delay) rather than on a server."""
 
     def __init__(self) -> None:
         self.in_flight = 0
         self.count = 0
+        self.held = 0
 
     def started(self) -> None:
         self.in_flight += 1
@@ -69,6 +76,21 @@ class _Traffic:
     def ended(self) -> None:
         self.in_flight -= 1
         self.count += 1
+
+
+class _Hold:
+    """One sub-request waiting on the crawl (robots.txt, its host's delay), from its routing until it is sent or
+    refused; released once."""
+
+    def __init__(self, traffic: _Traffic) -> None:
+        self.traffic = traffic
+        self.on = True
+        traffic.held += 1
+
+    def release(self) -> None:
+        if self.on:
+            self.on = False
+            self.traffic.held -= 1
 
 
 class RenderPool:
@@ -184,7 +206,11 @@ class RenderPool:
             self.gate.fetched(self.gate.host_of(url))
 
             async def route(r):
-                await self._route(r, url, body, status, page_headers, result)
+                hold = _Hold(traffic)
+                try:
+                    await self._route(r, url, body, status, page_headers, result, hold)
+                finally:
+                    hold.release()
 
             await context.route("**/*", route)
             # requests in flight, from the page's first sight of them (robots.txt and host-delay waits included)
@@ -210,14 +236,13 @@ class RenderPool:
 
     async def _load(self, page, url: str, result: RenderResult, traffic: "_Traffic") -> None:
         await page.goto(url, wait_until="load", timeout=self.cfg.timeout_s * 1000)
-        await self._settle(traffic)
+        await self._settle(page, traffic)
         height = await page.evaluate(_HEIGHT_JS)
         for _ in range(self.cfg.scroll_steps):  # lazy content (infinite scroll, IntersectionObserver) loads on scroll
             if height <= 0 or await page.evaluate(_DOM_BYTES_JS) > self.cfg.max_dom_bytes:
                 break  # nothing below the fold, or a DOM already too big
             await page.evaluate("() => window.scrollTo(0, document.body ? document.body.scrollHeight : 0)")
-            await asyncio.sleep(0.1)  # observers and scroll handlers start their requests a few ms after the scroll
-            await self._settle(traffic)
+            await self._settle(page, traffic)
             grown = await page.evaluate(_HEIGHT_JS)
             if grown == height:
                 break  # the scroll loaded nothing: the page is whole
@@ -242,19 +267,26 @@ class RenderPool:
         quiet = traffic.in_flight == 0 and traffic.count == ended
         return quiet and after > before + max(10_000, before // 20)  # a clock or a counter ticking is not growth
 
-    async def _settle(self, traffic: "_Traffic") -> None:
-        """Wait until no sub-request has been in flight for 50 ms, at most settle_s."""
-        deadline = time.monotonic() + self.cfg.settle_s
-        await asyncio.sleep(0.05)
-        while time.monotonic() < deadline:
+    async def _settle(self, page, traffic: "_Traffic") -> None:
+        """Wait until the page is quiet: no sub-request in flight for 50 ms after its next two frames have run what
+        the last scroll or response set off, and none started meanwhile.  At most settle_s, not counting the time
+        its sub-requests wait on the crawl (robots.txt, their host's delay): the crawl's 1 s delay is longer than
+        settle_s, and a page that waits on it is not slow."""
+        left = self.cfg.settle_s
+        while left > 0:
+            tick, seen = time.monotonic(), traffic.count
             if traffic.in_flight == 0:
+                await page.evaluate(_FRAMES_JS)
                 await asyncio.sleep(0.05)
-                if traffic.in_flight == 0:
+                if traffic.in_flight == 0 and traffic.count == seen:
                     return
-            await asyncio.sleep(0.025)
+            else:
+                await asyncio.sleep(0.025)
+            if not traffic.held:
+                left -= time.monotonic() - tick
 
     async def _route(self, r, page_url: str, body: bytes, status: int, headers: dict[str, str],
-                     result: RenderResult) -> None:
+                     result: RenderResult, hold: _Hold) -> None:
         request = r.request
         if request.is_navigation_request():
             if request.url == page_url and _is_main_frame(request) and not result.html:
@@ -266,11 +298,13 @@ class RenderPool:
         if reason is None and not await self.gate.allowed(request.url, self._fetch_robots):
             reason = "robots"
         if reason is not None:
+            hold.release()
             result.blocked[reason] += 1
             await r.abort("blockedbyclient")
             return
         try:
             async with self.gate.turn(self.gate.host_of(request.url)):
+                hold.release()
                 result.subrequests += 1
                 # the browser fetches it itself, through its proxy (Playwright's own fetch would tunnel with CONNECT)
                 await r.continue_()

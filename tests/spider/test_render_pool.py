@@ -21,6 +21,7 @@ from spider.render.rule import needs_render, visible_text
 
 HANG_TIMEOUT = 2.0  # the never-loading page's own render limit (the others get 20 s: CI machines are busy)
 DELAY = 0.3  # the sub-request gate's host delay: small, but measurable in the proxy's arrival log
+SETTLE = 0.2  # below DELAY, as the crawl's own settle_s (0.5 s) is below its delay (1 s): waits on the gate don't count
 
 
 @pytest.fixture(scope="module")
@@ -39,7 +40,8 @@ def loop():
 @pytest.fixture(scope="module")
 def pool(web, loop):
     cfg = load_crawl_config(["render.enabled=true", "render.pages=2", "render.timeout_s=20",
-                             "render.max_dom_bytes=1000000", "render.js_heap_mb=64"]).render
+                             "render.max_dom_bytes=1000000", "render.js_heap_mb=64",
+                             f"render.settle_s={SETTLE}"]).render
     pool = RenderPool(cfg, SubrequestGate(DELAY, "weblm-test"), proxy=web.proxy_url, user_agent="weblm-test")
     loop.run_until_complete(pool.start())
     yield pool
