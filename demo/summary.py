@@ -93,9 +93,13 @@ def render_summary(summary: dict[str, Any]) -> str:
         t = tables[name]
         lines.append(f"{name:<18}{t['rows']:>8} rows  (Delta version {t['version']})")
     for job, metrics in summary["jobs"].items():
-        skipped = {k: v for k, v in (metrics.get("skipped") or {}).items() if k != "other_record_type"}
+        skipped = {k: v for k, v in (metrics.get("skipped") or {}).items() if k not in ("other_record_type",
+                                                                                       "not_fetched")}
         if skipped:
             lines.append(f"  {job} skipped {skipped}")
+    unfetched = (summary["jobs"].get("ingest") or {}).get("unfetched_by_reason") or {}
+    lines.append(f"unfetched {sum(unfetched.values())} records of URLs the crawl did not fetch {unfetched} "
+                 "(bronze.unfetched); what became of any URL: python -m jobs.fate URL")
     lines += [f"shards    {shards['count']} shards, {shards['documents']} documents, {shards['tokens']} tokens "
               f"(vocab {shards['vocab_size']}, tokenizer {str(shards['tokenizer_sha256'])[:12]})",
               f"train     {train['steps']} steps, loss {_f(train['first_loss'])} -> {_f(train['last_loss'])}, "

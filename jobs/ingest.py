@@ -11,7 +11,10 @@ again), and reads the rest on the executors as a DataFrame of (file, size) throu
 each file becomes page rows, skip rows and one summary row (`jobs.warc.files.read_warc`), so every
 record is accounted for (records_seen == rows + skips).  Pages are MERGEd into `bronze.pages` on
 doc_id (insert-only), then each file's summary is MERGEd into `bronze.warc_files`: a file that failed
-or was read in part is read again by the next run.  A run with nothing new commits nothing.
+or was read in part is read again by the next run.  A run with nothing new commits nothing.  The crawl's records of
+URLs it did not fetch (robots.txt or TDMRep refused them, or they failed for good: crawl.warc.not_fetched) are
+counted as `not_fetched` skips and kept in `bronze.unfetched` (one row per record: URL, host, time, reason, detail,
+where), so that every URL the crawl was given has a row somewhere in the lake.
 """
 import argparse
 import contextlib
@@ -36,7 +39,7 @@ from conf import ConfigError
 from jobs.base import SparkJob, merge_table, table_version
 from tdmrep import WELL_KNOWN
 from jobs.warc.files import read_warc
-from jobs.warc.records import BRONZE_COLUMNS, SKIP_COLUMNS, TRUNCATED
+from jobs.warc.records import BRONZE_COLUMNS, NOT_FETCHED, NOT_FETCHED_FIELD, SKIP_COLUMNS, TRUNCATED
 
 log = logging.getLogger("weblm.jobs.ingest")
 
@@ -44,6 +47,7 @@ PAGES = "bronze.pages"
 WEB_SCHEMES = ("http://", "https://")
 FILES = "bronze.warc_files"
 SITE_FILES = "bronze.site_files"
+UNFETCHED = "bronze.unfetched"
 
 
 def bronze_schema():
@@ -434,7 +438,7 @@ class IngestJob(SparkJob):
                          .collect())
             outcomes = self._account(summaries)
             self.record_skips(read.where("kind = 'skip'"), "skip_reason",
-                              ["warc_file", "warc_offset", "skip_detail"], routine=["other_record_type"])
+                              ["warc_file", "warc_offset", "skip_detail"], routine=["other_record_type", NOT_FETCHED])
             pages = read.where("kind = 'page'").select(*BRONZE_COLUMNS)
             # the same WARC-Record-ID twice (a file copied under two names): keep the first copy
             from pyspark.sql import Window
@@ -450,6 +454,7 @@ class IngestJob(SparkJob):
                              .where("reason IS NOT NULL").groupBy("reason").count().collect())
             result = merge_table(spark, unique, self.table(PAGES), "doc_id", sync=False)
             sites = self._keep_site_files(spark, unique)
+            unfetched = self._keep_unfetched(spark, read)
         finally:
             read.unpersist()
         # the manifest is written after the pages: a run killed in between reads those files again (idempotently)
@@ -463,6 +468,8 @@ class IngestJob(SparkJob):
                         "marked in bronze.pages headers['%s']", sum(truncated.values()),
                         ", ".join(f"{reason} {n}" for reason, n in sorted(truncated.items())), TRUNCATED)
         self.metrics.extra.update(site_files_table=SITE_FILES, site_files_inserted=sites["inserted"])
+        self.metrics.extra.update(unfetched_table=UNFETCHED, unfetched_inserted=unfetched["inserted"],
+                                  unfetched_by_reason=unfetched["by_reason"])
         self.metrics.extra.update(table=PAGES, table_version=result["version"], rows_inserted=result["inserted"],
                                   pages_read=sum(o["rows"] for o in outcomes.values()),
                                   files_table=FILES, files_table_version=files_result["version"],
@@ -500,6 +507,21 @@ class IngestJob(SparkJob):
                   .dropDuplicates(["doc_id"]))   # the same URL fetched twice in the run: either answer
         files = files.join(landed.select("doc_id"), "doc_id", "left_anti").unionByName(landed)
         return merge_table(spark, files, path, "doc_id", sync=False)
+
+    def _keep_unfetched(self, spark, read) -> dict:
+        """`bronze.unfetched`: the crawl's records of URLs it did not fetch in this run's files, one row each (a URL
+        refused again at its next recrawl is a new row: each says when), keyed like a page by its record id."""
+        from pyspark.sql import functions as F
+
+        rows = (read.where((F.col("kind") == "skip") & (F.col("skip_reason") == NOT_FETCHED)
+                           & F.col("doc_id").isNotNull())
+                .select("doc_id", "url", "host", F.col("fetch_time").alias("time"),
+                        F.col("headers")[NOT_FETCHED_FIELD].alias("reason"), F.col("headers")["detail"].alias("detail"),
+                        "warc_file", "warc_offset", "warc_record_id")
+                .dropDuplicates(["doc_id"]))
+        by_reason = dict(sorted(rows.groupBy("reason").count().collect()))
+        result = merge_table(spark, rows, self.table(UNFETCHED), "doc_id", sync=False)
+        return {**result, "by_reason": by_reason}
 
     def _not_yet_ingested(self, spark, listed: list[dict]) -> list[dict]:
         """Files that bronze.warc_files does not hold as ok at this size (a grown or replaced file is new).  A file

@@ -84,32 +84,40 @@ class Lake:
         return json.loads(storage.read_text(path)) if storage.exists(path) else {}
 
 
-def document_fates(lake: Lake) -> Fates:
-    """Every table a stage reads or writes, as fields of one row per document (built by `Fates.build`)."""
+def document_fates(lake: Lake, only=None) -> Fates:
+    """Every table a stage reads or writes, as fields of one row per document (built by `Fates.build`); with `only`
+    (a frame of doc_ids: jobs/fate.py), of those documents alone."""
     from pyspark.sql import functions as F
 
     from jobs.quality import filters
 
     cfg, fates = lake.cfg, Fates()
-    bronze = lake.table("bronze.pages")
+
+    def those(df):
+        return df if df is None or only is None else df.join(F.broadcast(only), "doc_id", "left_semi")
+
+    def table(name: str):
+        return those(lake.table(name))
+
+    bronze = table("bronze.pages")
     if bronze is not None:
         fates.add("bronze.pages", bronze, html_bytes=F.length("html"), host=F.col("host"), status=F.col("status"),
                   truncated=F.col("headers").getItem(TRUNCATED))
-    ledger = lake.ledger("extract")
+    ledger = those(lake.ledger("extract"))
     if ledger is not None:
         fates.add("_ledger/extract", ledger, outcome=F.col("outcome"))
     for name in ("silver.documents", cfg.quality.input_table, cfg.quality.tables.output, cfg.dedup.input_table,
                  cfg.dedup.tables.output, cfg.tokenize.input_table):
-        table = lake.table(name)
-        if table is not None:
-            fates.add(name, table, chars=F.col("n_chars"), text_bytes=F.octet_length("text"))
-    documents, signals = lake.table("silver.documents"), lake.table(cfg.quality.tables.signals)
+        df = table(name)
+        if df is not None:
+            fates.add(name, df, chars=F.col("n_chars"), text_bytes=F.octet_length("text"))
+    documents, signals = table("silver.documents"), table(cfg.quality.tables.signals)
     if documents is not None:
         fates.add("silver.documents", documents, host=F.col("host"), language=F.col("language"))
     if signals is not None:
         fates.add(cfg.quality.tables.signals, signals, language=F.col("language"),
                   **{c: F.col(c) for c in signals.columns if c.startswith("pii_")})
-        quality_input = lake.table(cfg.quality.input_table)
+        quality_input = table(cfg.quality.input_table)
         if quality_input is not None:
             try:
                 view = filters.filtered(quality_input.select("doc_id", "content_sha256",
@@ -118,10 +126,10 @@ def document_fates(lake: Lake) -> Fates:
             except ValueError as exc:   # conf names a signal column this table lacks: the quality stage says so
                 lake.view_error = str(exc)
     for name in (cfg.dedup.tables.documents, cfg.dedup.tables.contamination):
-        table = lake.table(name)
-        if table is not None:
-            fates.add(name, table, reason=F.col("drop_reason"))
-    gold, lineage = lake.table("gold.tokens"), lake.table(cfg.export.lineage_table)
+        df = table(name)
+        if df is not None:
+            fates.add(name, df, reason=F.col("drop_reason"))
+    gold, lineage = table("gold.tokens"), table(cfg.export.lineage_table)
     if gold is not None:
         fates.add("gold.tokens", gold, tokens=F.col("n_tokens"))
     if lineage is not None:
@@ -151,9 +159,18 @@ def ingest_stage(lake: Lake, fates: Fates, tally: Tally):
     # records ingest read but did not make pages of (request records, damaged records)
     skipped = (tally.measure(files.select(F.explode("skips").alias("reason", "n")), key="reason", weight="n")
                if files is not None else None)
+    # URLs the crawl recorded as not fetched (bronze.unfetched): each URL once, by the reason of its latest record
+    unfetched, not_fetched = lake.table("bronze.unfetched"), None
+    if unfetched is not None:
+        from pyspark.sql import Window
+
+        latest = Window.partitionBy("url").orderBy(F.col("time").desc_nulls_last(), F.col("doc_id"))
+        not_fetched = tally.measure(unfetched.withColumn("_n", F.row_number().over(latest)).where("_n = 1"),
+                                    key="reason")
     return lambda: _stage("ingest", "bronze.pages", tally.one(pages), tally.one(pages), {},
                           records_skipped=tally.counts(skipped) if skipped else {}, http_statuses=tally.counts(statuses),
-                          pages_truncated=tally.counts(truncated))
+                          pages_truncated=tally.counts(truncated),
+                          urls_not_fetched=tally.counts(not_fetched) if not_fetched is not None else {})
 
 
 def extract_stage(lake: Lake, fates: Fates, tally: Tally):

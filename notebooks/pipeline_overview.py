@@ -67,3 +67,19 @@ print(f"  fetched {row.url} at {row.fetch_time}")
 print(f"  WARC record at offset {row.warc_offset} of {row.warc_file}")
 print(f"  manifest {manifest['sha256'][:16]} built from Delta versions "
       + ", ".join(f"{name} v{src['version']}" for name, src in manifest["sources"].items()))
+
+# COMMAND ----------
+
+# MAGIC %md ## The other way: URLs the crawl did not fetch, and that document's URL traced forwards
+# MAGIC `bronze.unfetched` holds the crawl's record of each URL it gave up on (robots.txt, TDMRep, a network failure);
+# MAGIC `python -m jobs.fate URL` tells any URL's way, stage by stage, to the shard sequences it became.
+
+# COMMAND ----------
+
+from jobs.fate import render, url_fates  # noqa: E402
+
+unfetched_table = paths.table("bronze.unfetched")
+if storage.exists(storage.join(unfetched_table, "_delta_log")):
+    (spark.read.format("delta").load(storage.spark_uri(unfetched_table)).groupBy("reason")
+     .agg(F.countDistinct("url").alias("urls"), F.count("*").alias("records")).orderBy(F.desc("urls")).show())
+print(render(url_fates(spark, load_jobs_config(), paths, [row.url])[0]))

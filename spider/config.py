@@ -18,6 +18,7 @@ class WarcConfig:
     max_file_age_s: float
     queue_records: int
     metadata: bool
+    not_fetched: bool
     revisit: bool
     upload_wait_s: float
 

@@ -9,7 +9,7 @@ from twisted.python.failure import Failure
 from twisted.web._newclient import ResponseFailed, ResponseNeverReceived
 
 from scrapy.exceptions import (CannotResolveHostError, DownloadCancelledError,
-                               DownloadConnectionRefusedError, DownloadTimeoutError,
+                               DownloadConnectionRefusedError, DownloadFailedError, DownloadTimeoutError,
                                IgnoreRequest, ResponseDataLossError)
 from scrapy.spidermiddlewares.httperror import HttpError
 
@@ -22,8 +22,9 @@ KINDS: list[tuple[str, tuple[type[BaseException], ...]]] = [
     ("too_large", (DownloadCancelledError, defer.CancelledError)),
     ("data_loss", (ResponseDataLossError,)),
     ("bad_encoding", (zlib.error,)),  # a body whose Content-Encoding does not decode (broken gzip)
+    # Scrapy's download handlers (2.19 here) hand a ResponseFailed (closed or reset before a whole answer) on as this
     ("connection_lost", (tx.ConnectionLost, tx.ConnectionDone, ResponseFailed, ResponseNeverReceived,
-                         tx.ConnectError)),
+                         tx.ConnectError, DownloadFailedError)),
 ]
 
 

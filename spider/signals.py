@@ -28,6 +28,13 @@ already captured), so that file becomes durable and `warc_file_durable` acknowle
 its size or age.  Safe to send at any time and repeatedly: with nothing new in the file it does nothing."""
 
 
+url_not_fetched = object()
+"""Sent with `url=`, `reason=` and `detail=` on the reactor thread when the crawl is done with a URL for now without an
+answer to record: `robots_denied` or `tdmrep_reserved` (the frontier refused it), or the kind of a network failure
+after retries (spider/errors.py).  The WARC writer records it (crawl.warc.not_fetched), so the archive says what
+became of every URL, not only of those fetched."""
+
+
 @dataclass(frozen=True)
 class DurableWarc:
     name: str                    # the file's name, e.g. weblm-20250101120000-00003-4242.warc.gz

@@ -4,7 +4,8 @@ warcio builds the records and computes WARC-Block-Digest and WARC-Payload-Digest
 This module adds what warcio leaves to its caller: file naming, the `.open` -> final rename
 that lets readers see only complete files, the warcinfo record at the head of every file,
 rotation by size and by age, metadata records, and revisit records: for payloads already stored, and for a
-`304 Not Modified` answer to a conditional recrawl.
+`304 Not Modified` answer to a conditional recrawl.  A URL the crawl ended without an answer (refused by robots.txt
+or TDMRep, or failed for good) is a lone metadata record whose `notFetched` field says why (`NotFetched`).
 It knows nothing of Scrapy or threads, so it can be tested and reused alone; spider/warc_thread.py
 runs it on the crawl's one writer thread.
 
@@ -14,7 +15,7 @@ from then on a machine crash cannot take it back, which is what "durable" means 
 A fetch is written as one block of gzip members (response or revisit, then metadata, then request), built
 in memory and appended with plain write(2) calls: a write that fails (disk full) is cut back off the file,
 so the file still ends with a whole fetch, and the request record stays the last record of every fetch
-(what spider/warc_salvage.py cuts a killed crawl's file back to).
+(what spider/warc_salvage.py cuts a killed crawl's file back to); a lone metadata record is whole on its own.
 """
 from __future__ import annotations
 
@@ -164,6 +165,20 @@ class Fetch:
             and 200 <= status < 300 and status != 206
 
 
+NOT_FETCHED_FIELD = "notFetched"  # the warc-fields name whose value says why a URL has no answer (jobs.warc.records)
+
+
+@dataclass(frozen=True)
+class NotFetched:
+    """A URL the crawl is done with for now without an answer to record, and why: written as a lone `metadata`
+    record (WARC 1.1 §6.8: "content created in order to further describe [...] a harvested resource"; Heritrix
+    keeps the same in its crawl.log, as fetch status codes), so that the archive accounts for every URL."""
+    url: str
+    reason: str                                   # robots_denied | tdmrep_reserved | a network failure kind
+    detail: str = ""
+    date: str = field(default_factory=warc_date)
+
+
 class DigestIndex(Protocol):
     """Where the first capture of each payload digest is kept (the frontier's, shared by every worker)."""
 
@@ -217,6 +232,7 @@ class WarcCounters:
     responses: int = 0  # response records
     revisits: int = 0   # revisit records (a payload already stored, or a 304 to a conditional recrawl)
     conversions: int = 0  # conversion records (rendered DOMs, spider/render)
+    not_fetched: int = 0  # lone metadata records of URLs ended without an answer (NotFetched)
     bytes: int = 0      # compressed bytes of every file written, the open one included
     digest_index_errors: int = 0  # lookups that failed: those fetches were stored in full
 
@@ -242,6 +258,7 @@ class RotatingWarcWriter:
         self._clock = clock
         self._builder = WARCWriter(None, gzip=True, warc_version=WARC_VERSION)  # builds records, writes none
         self._fetches: list[tuple[str, str]] = []  # (url, response/revisit record id) in the open file
+        self._not_fetched = 0  # NotFetched records in the open file
         self._serial = 0
         self._file: BinaryIO | None = None
         self._path: Path | None = None
@@ -252,6 +269,11 @@ class RotatingWarcWriter:
     @property
     def has_fetches(self) -> bool:
         return bool(self._fetches)
+
+    @property
+    def _holds_records(self) -> bool:
+        """The open file holds a fetch or a NotFetched record: worth closing now, so that it becomes durable."""
+        return bool(self._fetches) or self._not_fetched > 0
 
     def write_fetch(self, url: str, request: StatusAndHeaders, request_body: bytes,
                     response: StatusAndHeaders, response_body: bytes,
@@ -312,6 +334,16 @@ class RotatingWarcWriter:
         self._after_write()
         return Written(record_id, first)
 
+    def write_not_fetched(self, item: NotFetched) -> None:
+        """Write a URL the crawl ended without an answer as a lone metadata record (`notFetched: <reason>`)."""
+        record = self._fields_record(item.url, {NOT_FETCHED_FIELD: item.reason, "detail": item.detail or None},
+                                     {"WARC-Date": item.date})
+        self._append(_serialize([record]))
+        self._not_fetched += 1
+        self.counters.records += 1
+        self.counters.not_fetched += 1
+        self._after_write()
+
     def close(self) -> None:
         """Close the open file (if any) and rename it to its final name.  Safe to call twice."""
         if self._file is None:
@@ -326,23 +358,26 @@ class RotatingWarcWriter:
         self._closed_bytes += size
         self.counters.bytes = self._closed_bytes
         self.closed_files.append(final)
-        logger.info("WARC file closed: %s (%d bytes, %d fetches)", final, size, len(self._fetches))
+        logger.info("WARC file closed: %s (%d bytes, %d fetches, %d not fetched)", final, size, len(self._fetches),
+                    self._not_fetched)
         urls, record_ids = zip(*self._fetches) if self._fetches else ((), ())
         self._file = self._path = None
         self._fetches = []
+        self._not_fetched = 0
         if self.on_closed:
             self.on_closed(ClosedWarc(final, size, tuple(urls), tuple(record_ids)))
 
     def flush(self) -> bool:
-        """Close the open file if it holds any fetch, so that it becomes durable now; True if one was closed."""
-        if not self._fetches:
+        """Close the open file if it holds any fetch (or NotFetched record), so that it becomes durable now; True if
+        one was closed."""
+        if not self._holds_records:
             return False
         self.close()
         return True
 
     def close_if_old(self) -> bool:
         """Close the open file once it is `max_file_age_s` old: its fetches are acknowledged only when closed."""
-        if self._fetches and self._is_old():
+        if self._holds_records and self._is_old():
             self.close()
             return True
         return False
@@ -388,12 +423,16 @@ class RotatingWarcWriter:
 
     def _metadata(self, fetch: Fetch, record_id: str):
         assert fetch.metadata is not None
-        body = "".join(f"{name}: {_one_line(value)}\r\n" for name, value in fetch.metadata.items()
+        return self._fields_record(fetch.url, fetch.metadata, {"WARC-Date": fetch.date,
+                                                               "WARC-Concurrent-To": record_id})
+
+    def _fields_record(self, url: str, fields: dict[str, str | None], headers: dict[str, str]):
+        """A `metadata` record of application/warc-fields (`name: value` lines; a None value is left out)."""
+        body = "".join(f"{name}: {_one_line(value)}\r\n" for name, value in fields.items()
                        if value is not None).encode("utf-8")
-        return self._builder.create_warc_record(fetch.url, "metadata", payload=BytesIO(body), length=len(body),
+        return self._builder.create_warc_record(url, "metadata", payload=BytesIO(body), length=len(body),
                                                 warc_content_type="application/warc-fields",
-                                                warc_headers_dict={"WARC-Date": fetch.date,
-                                                                   "WARC-Concurrent-To": record_id})
+                                                warc_headers_dict=headers)
 
     def _append(self, data: bytes) -> None:
         """Append whole records; on failure cut the file back, so it never holds part of a fetch."""

@@ -4,7 +4,8 @@ Why not upload such a file as it is: its last gzip member is usually cut short, 
 member without complaint, so readers would take a truncated record for a whole one.  Why not throw it
 away: every fetch before the cut is whole and real.  So `salvage()` keeps the file up to the end of its
 last whole fetch (the writer puts each record in its own gzip member and writes a fetch as response then
-request, so that point is the end of a complete request record) and renames it
+request, so that point is the end of a complete request record) or of a lone metadata record written after it (a
+URL not fetched, spider/warc.py's NotFetched: whole on its own) and renames it
 `<name>.salvaged.warc.gz`: a complete WARC file, read by ingest like any other, whose name says the crawl
 that wrote it was killed.  What is cut off is a partial record whose URL was never acknowledged as
 durable (spider/signals.py), so the frontier fetches it again.
@@ -39,7 +40,7 @@ _CHUNK = 1 << 20
 @dataclass(frozen=True)
 class Salvage:
     source: Path
-    salvaged: Path | None  # the complete file made from it; None when it held no whole fetch
+    salvaged: Path | None  # the complete file made from it; None when it held no whole fetch or NotFetched record
     damaged: Path | None   # the original, kept because its tail is not a plain truncation
     fetches: int
     kept_bytes: int
@@ -57,7 +58,7 @@ def salvage(open_path: Path) -> Salvage:
         stream.seek(0)
         keep, fetches = _whole_fetches(stream, whole_end, set(member_ends))
     stem = open_path.name[: -len(OPEN_SUFFIX)].removesuffix(".warc.gz")
-    salvaged = open_path.with_name(stem + SALVAGED_SUFFIX) if fetches else None
+    salvaged = open_path.with_name(stem + SALVAGED_SUFFIX) if keep else None  # fetches, NotFetched records
     damaged = open_path.with_name(stem + ".warc.gz" + DAMAGED_SUFFIX) if tail == "damaged" else None
     if damaged is not None:
         if salvaged is not None:
@@ -132,12 +133,14 @@ def _complete_members(stream: BinaryIO) -> tuple[list[int], str]:
 
 
 def _whole_fetches(stream: BinaryIO, whole_end: int, member_ends: set[int]) -> tuple[int, int]:
-    """(bytes to keep, fetches in them): up to the end of the last request record among whole members."""
+    """(bytes to keep, fetches in them): up to the end of the last request record among whole members, or of a lone
+    metadata record (one that accompanies no fetch) after it."""
     starts: list[tuple[int, str | None]] = []
     records = ArchiveIterator(LimitReader(stream, whole_end))
     try:
         for rec in records:
-            starts.append((records.get_record_offset(), rec.rec_type))
+            lone = rec.rec_type == "metadata" and not rec.rec_headers.get_header("WARC-Concurrent-To")
+            starts.append((records.get_record_offset(), "lone" if lone else rec.rec_type))
     except ArchiveLoadFailed as exc:  # a whole gzip member that is not a WARC record: keep what came before
         logger.warning("stopped reading records at an unreadable one: %s", exc)
     starts.append((whole_end, None))
@@ -149,6 +152,8 @@ def _whole_fetches(stream: BinaryIO, whole_end: int, member_ends: set[int]) -> t
             responses += 1
         elif kind == "request" and responses > fetches:  # the writer puts a fetch's request after its response
             fetches, keep = responses, next_start
+        elif kind == "lone" and responses == fetches:  # a NotFetched record, between two fetches
+            keep = next_start
     return keep, fetches
 
 

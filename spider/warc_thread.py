@@ -22,7 +22,7 @@ from typing import Callable
 
 from twisted.internet.defer import Deferred
 
-from spider.warc import Capture, DigestIndex, Fetch, RotatingWarcWriter, Written
+from spider.warc import Capture, DigestIndex, Fetch, NotFetched, RotatingWarcWriter, Written
 
 logger = logging.getLogger(__name__)
 
@@ -40,7 +40,7 @@ class WarcWriterThread:
     def __init__(self, writer: RotatingWarcWriter, max_queued: int, *,
                  digests: Callable[[], DigestIndex | None] = lambda: None,
                  on_written: Callable[[Fetch, Written], None] = lambda fetch, written: None,
-                 on_error: Callable[[Fetch | None, Exception], None] = lambda fetch, exc: None,
+                 on_error: Callable[[Fetch | NotFetched | None, Exception], None] = lambda fetch, exc: None,
                  call_soon: Callable[..., None] = lambda f, *args: f(*args)):
         self.writer = writer
         self.digests = digests        # asked at each write: the frontier may set its index after we start
@@ -56,8 +56,9 @@ class WarcWriterThread:
         self._thread.start()
 
     # --- the reactor's side ----------------------------------------------------------------------------
-    def submit(self, fetch: Fetch) -> Deferred | None:
-        """Queue a fetch: None when it is in, else a Deferred that fires once it is (the queue was full)."""
+    def submit(self, fetch: Fetch | NotFetched) -> Deferred | None:
+        """Queue a fetch (or a URL not fetched): None when it is in, else a Deferred that fires once it is (the queue
+        was full)."""
         if self._stopping:
             raise WriterStopped(f"the WARC writer is closed; {fetch.url} is not recorded (so never acknowledged: "
                                 "the frontier fetches it again)")
@@ -151,11 +152,13 @@ class WarcWriterThread:
             self._do(item, next(captures) if isinstance(item, Fetch) else None)
 
     def _do(self, item, capture: Capture | None = None) -> None:
-        fetch = item if isinstance(item, Fetch) else None
+        fetch = item if isinstance(item, (Fetch, NotFetched)) else None
         try:
-            if fetch is not None:
-                written = self.writer.write(fetch, self.digests(), capture)
-                self.on_written(fetch, written)
+            if isinstance(item, Fetch):
+                written = self.writer.write(item, self.digests(), capture)
+                self.on_written(item, written)
+            elif isinstance(item, NotFetched):
+                self.writer.write_not_fetched(item)
             elif item is _FLUSH:
                 self.writer.flush()
             elif item is _TICK:

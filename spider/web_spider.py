@@ -18,6 +18,7 @@ from spider.frontier.outcome import fetch_failed
 from spider.nofollow import agent_token, page_nofollow
 from spider.seeds import read_seeds
 from spider.settings import FRONTIER
+from spider.signals import url_not_fetched
 from spider.urlfilter import UrlFilter
 
 logger = logging.getLogger(__name__)
@@ -137,6 +138,8 @@ class WebSpider(scrapy.Spider):
         if hasattr(failure, "request") and getattr(failure.value, "response", None) is None:
             # no answer was recorded: the frontier closes the URL now (an answer is closed once its WARC is durable)
             self.crawler.signals.send_catch_log(signal=fetch_failed, request=failure.request)
+            self.crawler.signals.send_catch_log(signal=url_not_fetched, url=url, reason=kind,
+                                                detail=" ".join(failure.getErrorMessage().split())[:500])
         if kind == "http_304":   # a recrawl's page has not changed (spider/frontier/recrawl.py): no error, no links
             logger.debug("%s has not changed since it was last fetched (304, recorded in WARC)", url)
             return

@@ -60,6 +60,10 @@ class Record(abc.ABC):
         """The raw block, for the default `content_stream`; a reader that overrides that needs none."""
         raise TypeError(f"{type(self).__name__} keeps Record.content_stream, so it must define _raw()")
 
+    def block(self, limit: int) -> bytes:
+        """The first `limit` bytes of the record's block as stored (a metadata record's fields)."""
+        return self._raw().read(limit)
+
 
 # -- WARC: FastWARC frames records, warcio parses HTTP inside them ----------------------------------
 _HTTP_LOADER = ArcWarcRecordLoader(verify_http=False)  # warcio's own lenient settings for ArchiveIterator
@@ -138,6 +142,9 @@ class WarcioRecord(Record):
 
     def content_stream(self) -> IO[bytes]:
         return self._record.content_stream()
+
+    def block(self, limit: int) -> bytes:
+        return self._record.raw_stream.read(limit)
 
     def finish(self) -> int:
         raw = self._record.raw_stream

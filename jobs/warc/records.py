@@ -3,6 +3,9 @@
 `page_or_skip(record, ...)` turns a record from `jobs.warc.readers` into a row dict: a page (the
 bronze columns, `skip_reason` None) or a skip (`skip_reason`, `skip_detail`, and where: `warc_file`,
 `warc_offset`).  Reading whole files, and accounting for every record of them, is `jobs.warc.files`.
+A crawl's record of a URL it did not fetch (a lone metadata record with a `notFetched` field, spider/warc.py) is a
+`not_fetched` skip that also carries the URL, its host, the date, the record id and the fields (`headers`):
+ingest keeps those in bronze.unfetched.
 """
 from __future__ import annotations
 
@@ -23,6 +26,9 @@ SKIP_COLUMNS = ("skip_reason", "skip_detail")
 # in `headers` when the WARC record says its payload is not whole (WARC-Truncated, WARC 1.1 §5.13): the reason,
 # lower case (`length`, `time`, `disconnect`, `unspecified`); the page is kept, and ingest counts it
 TRUNCATED = "x-weblm-warc-truncated"
+NOT_FETCHED = "not_fetched"   # the skip reason of a crawl's record of a URL it did not fetch
+NOT_FETCHED_FIELD = "notfetched"  # its warc-fields name (spider/warc.py writes `notFetched`), lower-cased
+_FIELDS_BYTES = 64 * 1024   # a NotFetched record is a few lines; more than this is not one
 _CHARSET = re.compile(r"charset\s*=\s*[\"']?([^\"';\s]+)", re.I)
 
 
@@ -77,9 +83,53 @@ def skip_row(reason: str, detail: str, warc_file: str, offset: int | None) -> di
     return row
 
 
+def _fetch_time(rec) -> object:
+    date = rec.get_header("WARC-Date")
+    try:
+        return iso_date_to_datetime(date).replace(tzinfo=timezone.utc) if date else None
+    except ValueError:
+        return None
+
+
+def warc_fields(block: bytes) -> dict[str, str]:
+    """An application/warc-fields block (`Name: value` lines, WARC 1.1 §4) as {lower-cased name: value}."""
+    fields = {}
+    for line in block.decode("utf-8", errors="replace").splitlines():
+        name, sep, value = line.partition(":")
+        if sep and name.strip():
+            fields.setdefault(name.strip().lower(), value.strip())
+    return fields
+
+
+def _not_fetched(record, warc_file: str) -> dict | None:
+    """A crawl's lone metadata record of a URL it did not fetch as a `not_fetched` skip with its URL and fields;
+    None for any other record (then nothing of it has been read)."""
+    rec = record.rec_headers
+    if record.rec_type != "metadata" or rec.get_header("WARC-Concurrent-To") \
+            or "warc-fields" not in (rec.get_header("Content-Type") or "") or record.length > _FIELDS_BYTES:
+        return None
+    fields = warc_fields(record.block(_FIELDS_BYTES))
+    short_by = record.finish()
+    url = rec.get_header("WARC-Target-URI") or ""
+    reason = fields.get(NOT_FETCHED_FIELD)
+    if short_by > 0 or not reason:
+        return skip_row("truncated_record" if short_by > 0 else "other_record_type",
+                        f"metadata record: block is {short_by} bytes short of Content-Length {record.length}"
+                        if short_by > 0 else "metadata", warc_file, record.offset)
+    row = skip_row(NOT_FETCHED, f"{url}: {reason}", warc_file, record.offset)
+    record_id = rec.get_header("WARC-Record-ID")
+    row.update(doc_id=doc_id_for(record_id) if record_id else None, url=url, host=_host(url),
+               fetch_time=_fetch_time(rec), content_type="application/warc-fields", headers=fields,
+               warc_record_id=record_id)
+    return row
+
+
 def page_or_skip(record, warc_file: str, record_types: frozenset[str], max_payload_bytes: int) -> dict:
     """One record (`jobs.warc.readers.Record`) -> a bronze row or a skip; reads the record to its end."""
     if record.rec_type not in record_types:
+        not_fetched = _not_fetched(record, warc_file)
+        if not_fetched is not None:
+            return not_fetched
         short_by = record.finish()
         if short_by > 0:
             return skip_row("truncated_record", f"{record.rec_type} record: block is {short_by} bytes short of "
@@ -120,11 +170,7 @@ def page_or_skip(record, warc_file: str, record_types: frozenset[str], max_paylo
     truncated = rec.get_header("WARC-Truncated")
     if truncated is not None:   # the crawler cut the body (Common Crawl at 1 MiB: `length`; ours on a lost connection)
         headers[TRUNCATED] = truncated.strip().lower() or "unspecified"
-    date = rec.get_header("WARC-Date")
-    try:
-        fetch_time = iso_date_to_datetime(date).replace(tzinfo=timezone.utc) if date else None
-    except ValueError:
-        fetch_time = None
+    fetch_time = _fetch_time(rec)
     return {"doc_id": doc_id_for(record_id), "url": url, "host": _host(url),
             "fetch_time": fetch_time, "status": status, "content_type": content_type, "headers": headers,
             "html": payload, "charset": charset, "payload_digest": rec.get_header("WARC-Payload-Digest"),

@@ -51,7 +51,7 @@ from spider.frontier.canonical import Canonicalizer
 from spider.frontier import recrawl
 from spider.frontier.politeness import after_fetch, politeness_key, with_crawl_delay
 from spider.frontier.outcome import fetch_failed, fetch_finished
-from spider.signals import DurableWarc, fetch_recorded, warc_file_durable, warc_flush_requested
+from spider.signals import DurableWarc, fetch_recorded, url_not_fetched, warc_file_durable, warc_flush_requested
 
 logger = logging.getLogger(__name__)
 
@@ -63,6 +63,7 @@ LEASE_META = "weblm_lease"
 CARRIED_META = ("depth", "weblm_seed", "weblm_parent", "weblm_sitemap", "weblm_tdmrep", "retry_times",
                 recrawl.META_KEY)
 KNOWN_URLS = 200_000  # at most this many URLs in the local shortcut (~20 MB), then it starts over
+REFUSED_REMEMBERED = 100_000  # links refused by known rules and recorded as not fetched: each once, then starts over
 COUNTS_EVERY_S = 0.5  # cluster gauges (and the end-of-crawl test) at most this often while URLs flow
 JOIN_WAIT_S = 60.0    # how long a worker started without seeds waits for work to appear in the frontier
 
@@ -106,6 +107,7 @@ class FrontierScheduler(BaseScheduler):
         self._held: set[str] = set()
         self._sent: set[str] = set()                  # ids sent to the downloader and not yet finished
         self._known: set[str] = set()  # URLs the backend said it has (admitted or seen): a local shortcut
+        self._refused: set[str] = set()  # links refused by known rules that this worker has recorded as not fetched
         self._busy = False
         self._closing = False
         self._cluster: dict[str, int] = {}
@@ -212,6 +214,11 @@ class FrontierScheduler(BaseScheduler):
             refusal = self._refusal(rules, url)
             if refusal is not None:
                 self.stats.inc_value(refusal)  # known rules: never queued, never leased
+                if url not in self._refused:  # once per worker, not once per page that links to it (a footer link)
+                    if len(self._refused) >= REFUSED_REMEMBERED:
+                        self._refused.clear()
+                    self._refused.add(url)
+                    self._not_fetched(url, rules, refusal)
                 return False
         key = self.canon.key(url)
         seed = bool(request.meta.get("weblm_seed"))
@@ -289,12 +296,24 @@ class FrontierScheduler(BaseScheduler):
         """robots.txt disallows the URL, or its host's TDMRep file reserves it (`refusal`): done unfetched, and it no
         longer counts against its host's budget; asked again when it is due for a recrawl."""
         self.stats.inc_value(refusal)
-        logger.debug("%s: %s", "robots.txt disallows" if refusal == "weblm/robots_denied" else
-                     "the host's tdmrep.json reserves", item.url)
+        self._not_fetched(item.url, rules, refusal)
         self._forget(item.lease.id)
         # a robots.txt that failed is asked again after its short TTL: the URL comes back with it
         refetch = rules.record.expires if rules.record.status == "disallow_all" else self._refetch_at(item, now)
         self._op("deny", [item.lease.id], refetch, now)
+
+    def _not_fetched(self, url: str, rules: robotstxt.Robots, refusal: str) -> None:
+        """Tell the WARC writer why `url` is not fetched (`url_not_fetched`: a lone metadata record)."""
+        record = rules.record
+        if refusal != "weblm/robots_denied":
+            reason, detail = "tdmrep_reserved", "the host's tdmrep.json reserves text and data mining on it"
+        elif record.status == "disallow_all":
+            reason = "robots_denied"
+            detail = f"robots.txt could not be read ({record.detail or 'no answer'}): the whole host is disallowed"
+        else:
+            reason, detail = "robots_denied", "robots.txt disallows it"
+        logger.debug("%s: %s", detail, url)
+        self.crawler.signals.send_catch_log(signal=url_not_fetched, url=url, reason=reason, detail=detail)
 
     def _send(self, item: InHand) -> Request:
         item.sent = True

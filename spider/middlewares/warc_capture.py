@@ -21,7 +21,8 @@ crawl still closes it), and when the frontier sends `warc_flush_requested` (noth
 acknowledgements to wait for).  With crawl.warc.revisit and a digest index on the crawler
 (`crawler.weblm_digest_index`, the frontier's), a 2xx payload already stored becomes a revisit record.  A
 `304 Not Modified` to a conditional recrawl (spider/frontier/recrawl.py) is a revisit record of the
-server-not-modified profile, referring to the capture whose validators were sent.
+server-not-modified profile, referring to the capture whose validators were sent.  With crawl.warc.not_fetched, a
+URL the crawl ends without an answer (`spider.signals.url_not_fetched`) is a lone metadata record that says why.
 """
 from __future__ import annotations
 
@@ -42,9 +43,9 @@ from spider.config import CrawlConfig
 from spider.frontier.backend import DigestSeen
 from spider.frontier.recrawl import META_KEY as RECRAWL_META_KEY, captured
 from spider.render.warc_record import RENDERED_DOM_META_KEY
-from spider.signals import DurableWarc, fetch_recorded, warc_file_durable, warc_flush_requested
-from spider.warc import (UNRECORDED_REQUEST_HEADERS, ClosedWarc, DigestIndex, Fetch, RotatingWarcWriter, Written,
-                         request_head, response_head, warc_date, wire_request_head, wire_response_head)
+from spider.signals import DurableWarc, fetch_recorded, url_not_fetched, warc_file_durable, warc_flush_requested
+from spider.warc import (UNRECORDED_REQUEST_HEADERS, ClosedWarc, DigestIndex, Fetch, NotFetched, RotatingWarcWriter,
+                         Written, request_head, response_head, warc_date, wire_request_head, wire_response_head)
 from spider.warc_thread import WarcWriterThread, WriterStopped
 from spider.warc_upload import WarcUploads
 from spider.wire import WIRE_META_KEY
@@ -104,6 +105,8 @@ class WarcCaptureMiddleware:
             mw.uploads = WarcUploads(buffer, warc_dir, on_durable=mw.durable_from_thread)
         crawler.signals.connect(mw.open, signal=signals.spider_opened)
         crawler.signals.connect(mw.flush_requested, signal=warc_flush_requested)
+        if cfg.warc.not_fetched:
+            crawler.signals.connect(mw.not_fetched, signal=url_not_fetched)
         # spider_closed fires on a normal end, CLOSESPIDER limits and the first SIGINT/SIGTERM;
         # engine_stopped is a second chance if the spider never opened.
         crawler.signals.connect(mw.close, signal=signals.spider_closed)
@@ -146,6 +149,16 @@ class WarcCaptureMiddleware:
             return response
         self.stats.inc_value("weblm/warc/queue_full_waits")
         return self._when_queued(queued, response)
+
+    def not_fetched(self, url: str, reason: str, detail: str = "") -> None:
+        """`url_not_fetched`: record why the URL has no answer (a full queue holds it in line, never drops it)."""
+        try:
+            self.thread.submit(NotFetched(url, reason, detail))
+        except WriterStopped:
+            logger.debug("the WARC writer is closed: %s (%s) is not recorded as not fetched", url, reason)
+            self.stats.inc_value("weblm/warc/not_fetched_unrecorded")
+            return
+        self.stats.inc_value("weblm/warc/not_fetched")
 
     @staticmethod
     async def _when_queued(queued: Deferred, response):

@@ -60,6 +60,10 @@ def test_notebook_traces_a_shard_sequence_to_its_warc_record(demo_run):
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert re.search(r"shard-00000-[0-9a-f]{16} sequence 0 ", proc.stdout), proc.stdout[-2000:]   # content-named
     assert "WARC record at offset" in proc.stdout and ".warc.gz" in proc.stdout
+    # and forwards again with jobs.fate: its URL's capture, kept at every stage, into a shard sequence
+    assert re.search(r"  ingest    doc [0-9a-f]{40}: HTTP 200.*\n  extract   kept \(\d[\d,]* chars\)", proc.stdout), \
+        proc.stdout[-2000:]
+    assert re.search(r"  export    kept\n +shard shard-\d{5}-[0-9a-f]{16} sequence \d+ ", proc.stdout), proc.stdout[-2000:]
 
 
 def test_the_quality_report_notebook_shows_the_reports_numbers(demo_run):

@@ -3,10 +3,12 @@ import json
 
 from deltalake import DeltaTable
 from warcio.archiveiterator import ArchiveIterator
+from warcio.statusandheaders import StatusAndHeaders
 
 from conftest import PAGES, Page, write_warc
 from jobs.ingest import IngestJob
 from jobs.warc.records import TRUNCATED
+from spider.warc import Fetch, NotFetched, RotatingWarcWriter
 
 WARC_FILES = ["file", "size", "modified", "records_seen", "rows", "skips", "status", "error", "reader",
               "ingested_at", "run_id"]
@@ -87,3 +89,31 @@ def test_pages_the_crawler_cut_are_kept_marked_and_counted_by_reason(spark, tmp_
     marks = {row["url"]: dict(row["headers"]).get(TRUNCATED) for row in rows.to_pylist()}
     assert marks == {"http://big.weblm.test/": "length", PAGES[0].url: None}
     assert "1 page(s) whose WARC record says the crawler cut the body (WARC-Truncated: length 1)" in caplog.text
+
+
+def test_urls_the_crawl_did_not_fetch_are_kept_in_bronze_unfetched_with_their_reason(spark, tmp_path):
+    writer = RotatingWarcWriter(tmp_path / "warc", "t", 10**9, {"operator": "test"})
+    writer.write(Fetch(PAGES[0].url, StatusAndHeaders("GET / HTTP/1.1", [("Host", "x")], protocol="",
+                                                      is_http_request=True), b"",
+                       StatusAndHeaders("200 OK", [("Content-Type", "text/html")], protocol="HTTP/1.1"),
+                       PAGES[0].body, metadata={"depth": "0"}))
+    writer.write_not_fetched(NotFetched("http://shy.weblm.test/private/a", "robots_denied", "robots.txt disallows it"))
+    writer.write_not_fetched(NotFetched("http://gone.weblm.test/", "dns", "no address for gone.weblm.test"))
+    writer.close()
+    args = ["--lake", str(tmp_path / "lake"), "-p", f"warc_dir={tmp_path / 'warc'}"]
+    metrics = IngestJob().run(args)
+    assert metrics.output_rows == 1 and metrics.extra["unfetched_inserted"] == 2
+    assert metrics.extra["unfetched_by_reason"] == {"dns": 1, "robots_denied": 1}
+    table = DeltaTable(str(tmp_path / "lake" / "bronze" / "unfetched"))
+    rows = {r["url"]: r for r in table.to_pyarrow_table().to_pylist()}
+    shy = rows["http://shy.weblm.test/private/a"]
+    assert (shy["host"], shy["reason"], shy["detail"]) == ("shy.weblm.test", "robots_denied", "robots.txt disallows it")
+    assert shy["time"] is not None and shy["warc_offset"] > 0 and shy["warc_file"].endswith(".warc.gz")
+    assert rows["http://gone.weblm.test/"]["reason"] == "dns"
+    # each record accounted for: the fetch's metadata record is routine, these two are `not_fetched` skips
+    (files,) = DeltaTable(str(tmp_path / "lake" / "bronze" / "warc_files")).to_pyarrow_table().to_pylist()
+    skips = dict(files["skips"])
+    assert skips["not_fetched"] == 2 and files["records_seen"] == files["rows"] + sum(skips.values())
+    version = table.version()
+    IngestJob().run([*args, "--full"])   # read again: nothing new
+    assert DeltaTable(str(tmp_path / "lake" / "bronze" / "unfetched")).version() == version

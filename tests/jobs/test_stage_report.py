@@ -11,12 +11,22 @@ import pytest
 from conftest import PAGES, Page, write_warc
 from jobs.ingest import IngestJob
 from jobs.report import NOT_RUN, ReportJob, collect, write
+from jobs.fate import FateJob, render
+from spider.warc import NotFetched, RotatingWarcWriter
 
 STAGES = ("ingest", "extract", "quality", "dedup", "tokenize", "export")
 
 
 def by_stage(report: dict) -> dict:
     return {s["stage"]: s for s in report["stages"]}
+
+
+def full_lake_args(lake, shards_dir) -> list[str]:
+    return ["--lake", str(lake), "-p", f"shards_dir={shards_dir}", "-o", "tokenize.input_table=silver.documents",
+            # the fixture's pages repeat one sentence shape: Gopher repetition would drop them all, so only the
+            # bad-input and language rules decide here (a real drop: the empty page), and paragraphs are flagged
+            "-o", "quality.routing.default.groups=[bad_input]", "-o", "quality.routing.per_language={}",
+            "-o", "dedup.paragraphs.mode=flag"]
 
 
 @pytest.fixture(scope="module")
@@ -29,11 +39,7 @@ def full_lake(pipeline, tmp_path_factory):
     root = tmp_path_factory.mktemp("report")
     lake = root / "lake"
     shutil.copytree(pipeline.lake, lake)
-    common = ["--lake", str(lake), "-p", f"shards_dir={pipeline.shards_dir}", "-o", "tokenize.input_table=silver.documents",
-              # the fixture's pages repeat one sentence shape: Gopher repetition would drop them all, so only the
-              # bad-input and language rules decide here (a real drop: the empty page), and paragraphs are flagged
-              "-o", "quality.routing.default.groups=[bad_input]", "-o", "quality.routing.per_language={}",
-              "-o", "dedup.paragraphs.mode=flag"]
+    common = full_lake_args(lake, pipeline.shards_dir)
     for job in (QualityJob, DedupJob):
         job().run(common)
     out = root / "out" / "report.html"
@@ -138,6 +144,44 @@ def test_the_page_is_self_contained_and_holds_the_funnel(full_lake):
     assert report["tdm_reservations"] == [] and "No host's TDMRep file" in page   # no local web host reserves
 
 
+def test_fate_tells_each_url_its_way_and_its_tally_is_the_report(full_lake, pipeline, spark, capsys):
+    """jobs.fate over every URL of bronze.pages and one the lake has never seen: tallied over the documents, each
+    stage's outcomes are the report's kept and dropped counts; the fixture's own drops read as such, a near copy
+    names the document dedup kept instead, and a kept page names the shard sequences export wrote it as."""
+    _, report, _ = full_lake
+    lake = report["lake"]
+    urls = sorted({r["url"] for r in spark.read.format("delta").load(f"{lake}/bronze/pages").select("url").collect()})
+    nowhere = "http://nowhere.weblm.test/"
+    assert FateJob.main(full_lake_args(lake, pipeline.shards_dir) + ["--json", *urls, nowhere]) == 1   # unknown URL
+    printed = [json.loads(line) for line in capsys.readouterr().out.splitlines() if line.startswith("{")]
+    stories = {s["url"]: s for s in printed}
+    assert list(stories) == [*urls, nowhere] and stories[nowhere]["documents"] == stories[nowhere]["not_fetched"] == []
+    tally: dict = {}
+    for story in printed:
+        for doc in story["documents"]:
+            for entry in doc["stages"]:
+                key = (entry["stage"], entry["outcome"], entry.get("reason"))
+                tally[key] = tally.get(key, 0) + 1
+    stages = by_stage(report)
+    for stage in STAGES[1:]:
+        dropped = {reason: n for (s, outcome, reason), n in tally.items() if s == stage and outcome == "dropped"}
+        assert dropped == {k: m["documents"] for k, m in stages[stage]["dropped"].items()}, stage
+        kept = sum(n for (s, outcome, _), n in tally.items() if s == stage and outcome in ("kept", "flagged"))
+        assert kept == stages[stage]["kept"]["documents"], stage
+    (missing,) = stories["http://otters.weblm.test/missing"]["documents"]
+    assert missing["status"] == 404 and missing["stages"] == [{"stage": "extract", "outcome": "dropped",
+                                                               "reason": "bad_status"}]
+    assert "  extract   dropped: bad_status" in render(stories["http://otters.weblm.test/missing"])
+    copies = [(doc, entry) for s in printed for doc in s["documents"] for entry in doc["stages"]
+              if entry["stage"] == "dedup" and entry["outcome"] == "dropped"]
+    assert copies and all(e["duplicate_of"]["survivor_url"] in stories for _, e in copies)
+    (rivers,) = stories["http://otters.weblm.test/rivers"]["documents"]
+    exported = next(e for e in rivers["stages"] if e["stage"] == "export")
+    lineage = spark.read.format("delta").load(f"{lake}/gold/shard_lineage").where(f"doc_id = '{rivers['doc_id']}'")
+    assert exported["outcome"] == "kept" and sorted((q["shard"], q["i"]) for q in exported["sequences"]) == sorted(
+        (r["shard"], r["i"]) for r in lineage.collect()) != []
+
+
 def test_a_stage_that_never_ran_is_reported_as_not_run(pipeline, tmp_path):
     """The shared pipeline ran no quality or dedup stage: the report says so and still covers the rest."""
     from conf.paths import load_paths
@@ -161,17 +205,36 @@ def test_a_stage_that_never_ran_is_reported_as_not_run(pipeline, tmp_path):
     assert json.loads(open(json_path).read())["stages"][2]["status"] == NOT_RUN
 
 
-def test_pages_the_crawler_cut_are_shown_under_ingest(spark, tmp_path):
-    """A lake of one ingested WARC file whose record says the crawler cut a body (WARC-Truncated: length): the
-    ingest stage counts that page by reason, and the page says so; the stages after it have not run."""
+def test_pages_the_crawler_cut_and_urls_it_did_not_fetch_are_shown_under_ingest(spark, tmp_path, capsys):
+    """A lake of two ingested WARC files: one whose record says the crawler cut a body (WARC-Truncated: length), one
+    of the crawl's records of URLs it did not fetch (one URL twice: a DNS failure, then robots.txt at its recrawl).
+    The ingest stage counts the cut page by reason and each URL once, by its latest record's reason, and the page
+    says so; the stages after it have not run."""
     warc = tmp_path / "warc"
     warc.mkdir()
     write_warc(warc / "cut.warc.gz", [Page("http://big.weblm.test/", 200, "text/html", PAGES[0].body[:900],
                                            truncated="length"), PAGES[0]])
+    writer = RotatingWarcWriter(warc, "t", 10**9, {"operator": "test"})
+    for url, reason, date in [("http://a.weblm.test/x", "dns", "2025-01-01T00:00:00.000000Z"),
+                              ("http://a.weblm.test/x", "robots_denied", "2025-01-02T00:00:00.000000Z"),
+                              ("http://b.weblm.test/", "dns", "2025-01-01T00:00:00.000000Z")]:
+        writer.write_not_fetched(NotFetched(url, reason, "", date))
+    writer.close()
     common = ["--lake", str(tmp_path / "lake"), "-p", f"warc_dir={warc}"]
     IngestJob().run(common)
     ReportJob().run(common + ["--out", str(tmp_path / "r.html")])
     ingest = by_stage(json.loads((tmp_path / "r.json").read_text()))["ingest"]
     assert ingest["kept"]["documents"] == 2 and ingest["pages_truncated"] == {"length": 1}
+    assert ingest["urls_not_fetched"] == {"dns": 1, "robots_denied": 1}
+    assert ingest["records_skipped"]["not_fetched"] == 3
     page = (tmp_path / "r.html").read_text()
     assert "Pages kept whose body the crawler cut (WARC-Truncated)" in page and "<td>length</td>" in page
+    assert "URLs the crawl did not fetch" in page and "<td>robots_denied</td>" in page
+    # jobs.fate: a URL's records in the order they were made; a page whose next stage has not run says so
+    capsys.readouterr()
+    assert FateJob.main(common + ["http://a.weblm.test/x", "http://big.weblm.test/"]) == 0
+    told = capsys.readouterr().out
+    assert ("http://a.weblm.test/x\n  crawl     not fetched 2025-01-01T00:00:00Z: dns  [" in told
+            and "  crawl     not fetched 2025-01-02T00:00:00Z: robots_denied  [" in told), told
+    assert "\n  ingest    no capture in bronze.pages\n" in told
+    assert re.search(r"http://big.weblm.test/\n  ingest    doc [0-9a-f]{40}: HTTP 200, .*\n  extract   not run", told)

@@ -9,11 +9,13 @@ from types import SimpleNamespace
 
 from scrapy import Request
 from scrapy.http import TextResponse
+from scrapy.signalmanager import SignalManager
 
 from spider.config import load_crawl_config
 from spider.frontier import robots as robotstxt
 from spider.frontier.backend import Leased, RobotsRecord
 from spider.frontier.scheduler import ROBOTS_UNASKED, TDMREP_META, FrontierScheduler, InHand, robots_key
+from spider.signals import url_not_fetched
 
 RULES = json.dumps([{"location": "/private/*", "tdm-reservation": 1}]).encode()
 
@@ -21,10 +23,16 @@ RULES = json.dumps([{"location": "/private/*", "tdm-reservation": 1}]).encode()
 def scheduler(mode: str, *overrides: str) -> FrontierScheduler:
     stats = Counter()
     cfg = load_crawl_config([f"frontier.tdmrep={mode}", *overrides])
-    crawler = SimpleNamespace(settings={"WEBLM_CRAWL_CONFIG": cfg},
+    crawler = SimpleNamespace(settings={"WEBLM_CRAWL_CONFIG": cfg}, signals=SignalManager(),
                               stats=SimpleNamespace(inc_value=lambda key, n=1: stats.update({key: n}), counts=stats))
     s = FrontierScheduler(crawler, backend=object())
     s.spider = SimpleNamespace(parse=lambda response: None, on_error=lambda failure: None)
+    s.not_fetched = []   # what the WARC writer would record
+
+    def heard(url, reason, detail):
+        s.not_fetched.append((url, reason))
+
+    crawler.signals.connect(heard, signal=url_not_fetched, weak=False)
     return s
 
 
@@ -62,7 +70,11 @@ def test_a_reserved_url_is_acknowledged_unfetched_and_the_others_are_sent():
     # a link to a reserved page is never queued once the rules are known
     s.admission = SimpleNamespace(reason=lambda url, depth: None, knows=lambda host: True)
     assert s.enqueue_request(Request("http://a.weblm.test/private/z")) is False
-    assert s.stats.counts["weblm/tdmrep/reserved"] == 2 and not s._adds
+    assert s.enqueue_request(Request("http://a.weblm.test/private/z")) is False   # linked again from another page
+    assert s.stats.counts["weblm/tdmrep/reserved"] == 3 and not s._adds
+    # each URL is recorded as not fetched, and why: once, however often it is linked
+    assert s.not_fetched == [("http://a.weblm.test/private/x", "tdmrep_reserved"),
+                             ("http://a.weblm.test/private/z", "tdmrep_reserved")]
 
 
 def test_the_file_is_asked_after_robots_txt_and_its_answer_completes_the_record():

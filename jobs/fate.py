@@ -1,0 +1,258 @@
+"""What became of a URL, stage by stage: the lineage read forwards (read-only).
+
+    python -m jobs.fate URL [URL ...] [--urls FILE] [--json] [--lake DIR]
+    spark-submit jobs/fate.py ...
+
+For each URL (as the crawl wrote it in WARC-Target-URI): the crawl's records of it not being fetched
+(bronze.unfetched: robots.txt, TDMRep, a network failure), and each capture of it in bronze.pages with its way
+through the stages, by the per-stage report's rules and tables (jobs/report.py, for these documents alone):
+extract's outcome, quality's first failing reason (or its flags), dedup's decision (with the document kept in its
+place) or what paragraphs and contamination left, tokens, and the shards and sequence indexes that export wrote it
+into (gold.shard_lineage).  Every stage whose input table (as conf names it) holds the document is listed, so the
+way after a drop ends unless a later stage reads around it.  `python -m trainer.provenance CHECKPOINT` goes on from
+there: the documents a checkpoint was trained on.  `--json` prints one JSON object per URL instead of text.  Exits 1
+when a URL has no record in the lake at all.
+"""
+import os
+import sys
+
+if __name__ == "__main__":
+    # `spark-submit jobs/fate.py` puts jobs/ first on sys.path; keep module names unambiguous
+    _here = os.path.dirname(os.path.abspath(__file__))
+    sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != _here]
+
+import json  # noqa: E402
+from datetime import datetime  # noqa: E402
+
+import storage  # noqa: E402
+from conf import ConfigError  # noqa: E402
+from jobs.base import SparkJob  # noqa: E402
+from jobs.report import Lake, document_fates  # noqa: E402
+from jobs.report_tally import Fates  # noqa: E402
+
+KEPT, DROPPED, FLAGGED, NOT_RUN = "kept", "dropped", "flagged", "not run"
+
+
+def stages_of(row: dict, fates: Fates, cfg, exported: bool) -> list[dict]:
+    """A document's way through the stages after ingest, from its row of `fates`, by the per-stage report's rules
+    (jobs/report.py): an entry `{"stage", "outcome": kept | dropped | flagged | not run, "reason"?, ...}` for each
+    stage whose input table (as conf names it) holds the document.  The way ends where a stage's input table is
+    absent (that stage, and what reads it, has not run).  `exported`: export's manifest exists."""
+    way: list[dict] = []
+
+    def ran(*names: str) -> bool:
+        return all(fates.has(name) for name in names)
+
+    def holds(name: str) -> bool:
+        return fates.has(name) and row.get(fates.tag(name)) is not None
+
+    def value(name: str, field: str):
+        return row.get(fates.col(name, field)) if fates.has(name) else None
+
+    def step(stage: str, outcome: str, **detail) -> None:
+        way.append({"stage": stage, "outcome": outcome, **{k: v for k, v in detail.items() if v is not None}})
+
+    def extract() -> None:
+        if holds("silver.documents"):
+            step("extract", KEPT, chars=value("silver.documents", "chars"))
+        else:
+            step("extract", DROPPED, reason=value("_ledger/extract", "outcome") or "not_processed")
+
+    def quality() -> None:
+        q = cfg.quality
+        reason = value("quality_view", "reason") if holds("quality_view") else "not_scored"
+        if reason is None:
+            step("quality", KEPT, chars=value(q.tables.output, "chars"))
+        elif q.mode == "flag" and reason != "not_scored":   # a flag, not a drop: the document goes on
+            step("quality", FLAGGED, reason=reason, chars=value(q.tables.output, "chars"))
+        else:
+            step("quality", DROPPED, reason=reason)
+
+    def dedup() -> None:
+        d = cfg.dedup
+        decision = value(d.tables.documents, "reason")
+        if decision is not None:
+            step("dedup", DROPPED, reason=decision)
+        elif not holds(d.tables.output):   # kept by the decision; paragraphs or contamination left nothing
+            step("dedup", DROPPED, reason=value(d.tables.contamination, "reason") or "too_short_after_paragraphs")
+        else:
+            step("dedup", KEPT, chars=value(d.tables.output, "chars"))
+
+    def tokenize() -> None:
+        if holds("gold.tokens"):
+            step("tokenize", KEPT, tokens=value("gold.tokens", "tokens"))
+        else:
+            step("tokenize", DROPPED, reason="not_tokenized")
+
+    def export() -> None:
+        if holds(cfg.export.lineage_table):
+            step("export", KEPT)
+        else:
+            step("export", DROPPED, reason="not_in_mix")
+
+    q, d = cfg.quality, cfg.dedup
+    stages = (("extract", "bronze.pages", ("silver.documents", "_ledger/extract"), extract),
+              ("quality", q.input_table, (q.tables.signals, q.tables.output), quality),
+              ("dedup", d.input_table, (d.tables.documents, d.tables.output), dedup),
+              ("tokenize", cfg.tokenize.input_table, ("gold.tokens",), tokenize),
+              ("export", "gold.tokens", (cfg.export.lineage_table,), export))
+    for stage, source, outputs, decide in stages:
+        if not fates.has(source):
+            break                       # its input was never written: nothing from here on has run
+        if not holds(source):
+            continue                    # dropped before it, or not what this stage reads
+        missing = not ran(*outputs) or (stage == "export" and not exported) \
+            or (stage == "quality" and not ran("quality_view"))   # the report's "not run": its view cannot be built
+        if missing:
+            step(stage, NOT_RUN)
+            continue
+        decide()
+    return way
+
+
+def url_fates(spark, cfg, paths, urls: list[str]) -> list[dict]:
+    """One dict per URL: `url`, `not_fetched` (the crawl's records), `documents` (each capture and its way)."""
+    from pyspark.sql import functions as F
+
+    lake = Lake(spark, cfg, paths)
+    wanted = spark.createDataFrame([(u,) for u in dict.fromkeys(urls)], "url string")
+    found: dict[str, dict] = {u: {"url": u, "not_fetched": [], "documents": []} for u in urls}
+    unfetched = lake.table("bronze.unfetched")
+    if unfetched is not None:
+        for r in (unfetched.join(F.broadcast(wanted), "url").orderBy("time", "doc_id")
+                  .select("url", "time", "reason", "detail", "warc_file", "warc_offset").collect()):
+            found[r["url"]]["not_fetched"].append({k: r[k] for k in ("time", "reason", "detail", "warc_file",
+                                                                      "warc_offset")})
+    bronze = lake.table("bronze.pages")
+    if bronze is None:
+        return list(found.values())
+    pages = (bronze.join(F.broadcast(wanted), "url")
+             .select("doc_id", "url", "fetch_time", "status", "warc_file", "warc_offset")
+             .orderBy("fetch_time", "doc_id").collect())
+    if not pages:
+        return list(found.values())
+    only = spark.createDataFrame([(p["doc_id"],) for p in pages], "doc_id string")
+    fates = document_fates(lake, only)
+    rows = {r["doc_id"]: r.asDict() for r in fates.df.collect()}
+    fates.release()
+    exported = storage.exists(storage.join(paths.shards_dir, "manifest.json"))
+    survivors = _survivors(lake, cfg, only)
+    shards = _shards(lake, cfg, only)
+    for page in pages:
+        way = stages_of(rows.get(page["doc_id"], {}), fates, cfg, exported)
+        for entry in way:
+            if entry["stage"] == "dedup" and entry["outcome"] == DROPPED and page["doc_id"] in survivors:
+                entry["duplicate_of"] = survivors[page["doc_id"]]
+            if entry["stage"] == "export" and entry["outcome"] == KEPT:
+                entry["sequences"] = shards.get(page["doc_id"], [])
+        found[page["url"]]["documents"].append({**{k: page[k] for k in ("doc_id", "fetch_time", "status",
+                                                                        "warc_file", "warc_offset")},
+                                                "stages": way})
+    return list(found.values())
+
+
+def _survivors(lake: Lake, cfg, only) -> dict[str, dict]:
+    """doc_id -> the document dedup kept in its place (`survivor_id` and its URL), for those dropped as duplicates."""
+    from pyspark.sql import functions as F
+
+    documents, silver = lake.table(cfg.dedup.tables.documents), lake.table("silver.documents")
+    if documents is None or "survivor_id" not in documents.columns:
+        return {}
+    mine = (documents.join(F.broadcast(only), "doc_id", "left_semi")
+            .where(F.col("survivor_id").isNotNull() & (F.col("survivor_id") != F.col("doc_id")))
+            .select("doc_id", "survivor_id"))
+    if silver is not None:
+        mine = mine.join(silver.select(F.col("doc_id").alias("survivor_id"), F.col("url").alias("survivor_url")),
+                         "survivor_id", "left")
+    return {r["doc_id"]: {k: v for k, v in r.asDict().items() if k != "doc_id"} for r in mine.collect()}
+
+
+def _shards(lake: Lake, cfg, only) -> dict[str, list[dict]]:
+    """doc_id -> the sequences export wrote it as: shard, index in the shard, copy, mix stage."""
+    from pyspark.sql import functions as F
+
+    lineage = lake.table(cfg.export.lineage_table)
+    if lineage is None:
+        return {}
+    out: dict[str, list[dict]] = {}
+    for r in (lineage.join(F.broadcast(only), "doc_id", "left_semi").orderBy("shard", "i")
+              .select("doc_id", "shard", "i", "copy", "stage").collect()):
+        out.setdefault(r["doc_id"], []).append({k: r[k] for k in ("shard", "i", "copy", "stage")})
+    return out
+
+
+def render(story: dict) -> str:
+    """One URL's story as text."""
+    lines = [story["url"]]
+    for record in story["not_fetched"]:
+        lines.append(f"  crawl     not fetched {_when(record['time'])}: {record['reason']}"
+                     + (f" ({record['detail']})" if record["detail"] else "")
+                     + f"  [{record['warc_file']} @ {record['warc_offset']}]")
+    if not story["documents"]:
+        lines.append("  ingest    no capture in bronze.pages" + ("" if story["not_fetched"] else
+                                                               " and no record of it in bronze.unfetched"))
+    for doc in story["documents"]:
+        lines.append(f"  ingest    doc {doc['doc_id']}: HTTP {doc['status']}, fetched {_when(doc['fetch_time'])}"
+                     f"  [{doc['warc_file']} @ {doc['warc_offset']}]")
+        for entry in doc["stages"]:
+            lines.append(f"  {entry['stage']:<9} {_entry(entry)}")
+    return "\n".join(lines)
+
+
+def _entry(entry: dict) -> str:
+    text = entry["outcome"] + (f": {entry['reason']}" if "reason" in entry else "")
+    if "chars" in entry:
+        text += f" ({entry['chars']:,} chars)"
+    if "tokens" in entry:
+        text += f" ({entry['tokens']:,} tokens)"
+    if "duplicate_of" in entry:
+        twin = entry["duplicate_of"]
+        text += f"; kept instead: doc {twin['survivor_id']}" + (f" {twin['survivor_url']}" if twin.get("survivor_url")
+                                                                else "")
+    for sequence in entry.get("sequences", []):
+        text += f"\n            shard {sequence['shard']} sequence {sequence['i']} (copy {sequence['copy']}, " \
+                f"stage {sequence['stage']})"
+    return text
+
+
+def _when(value) -> str:
+    return value.strftime("%Y-%m-%dT%H:%M:%SZ") if isinstance(value, datetime) else str(value)
+
+
+class FateJob(SparkJob):
+    name = "fate"
+    description = "what became of a URL: not fetched and why, or each capture's way through the stages to the shards"
+    writes_lake = False   # it only reads
+
+    def add_arguments(self, parser):
+        parser.add_argument("urls", nargs="*", help="URLs as the crawl wrote them (WARC-Target-URI)")
+        parser.add_argument("--urls", dest="url_file", help="a file of URLs, one per line (# comments)")
+        parser.add_argument("--json", action="store_true", help="one JSON object per URL instead of text")
+
+    def run_job(self, spark, args):
+        urls = list(args.urls)
+        if args.url_file:
+            urls += [line.strip() for line in storage.read_text(args.url_file).splitlines()
+                     if line.strip() and not line.lstrip().startswith("#")]
+        if not urls:
+            raise ConfigError("name at least one URL (or --urls FILE)")
+        stories = url_fates(spark, self.cfg, self.paths, urls)
+        for story in stories:
+            print(json.dumps(story, default=str) if args.json else render(story), flush=True)
+        unknown = [s["url"] for s in stories if not s["documents"] and not s["not_fetched"]]
+        self.metrics.input_rows, self.metrics.output_rows = len(stories), len(stories) - len(unknown)
+        self.metrics.extra["unknown_urls"] = unknown[:100]
+
+    @classmethod
+    def main(cls, argv=None) -> int:
+        """0 when every URL has a record in the lake, 1 when one has none, 2 for a setting that cannot work."""
+        try:
+            metrics = cls().run(argv)
+        except ConfigError as exc:
+            print(f"jobs.{cls.name}: {exc}", file=sys.stderr, flush=True)
+            return 2
+        return 1 if metrics.extra.get("unknown_urls") else 0
+
+
+if __name__ == "__main__":
+    sys.exit(FateJob.main())
