@@ -159,14 +159,17 @@ def ingest_stage(lake: Lake, fates: Fates, tally: Tally):
     # records ingest read but did not make pages of (request records, damaged records)
     skipped = (tally.measure(files.select(F.explode("skips").alias("reason", "n")), key="reason", weight="n")
                if files is not None else None)
-    # URLs the crawl recorded as not fetched (bronze.unfetched): each URL once, by the reason of its latest record
+    # URLs the crawl recorded as not fetched (bronze.unfetched): each URL once, by the reason of its latest record,
+    # unless a capture of it came after that (a network failure, then a fetch that worked)
     unfetched, not_fetched = lake.table("bronze.unfetched"), None
     if unfetched is not None:
         from pyspark.sql import Window
 
-        latest = Window.partitionBy("url").orderBy(F.col("time").desc_nulls_last(), F.col("doc_id"))
-        not_fetched = tally.measure(unfetched.withColumn("_n", F.row_number().over(latest)).where("_n = 1"),
-                                    key="reason")
+        order = Window.partitionBy("url").orderBy(F.col("time").desc_nulls_last(), F.col("doc_id"))
+        latest = unfetched.withColumn("_n", F.row_number().over(order)).where("_n = 1").select("url", "time", "reason")
+        since = (latest.alias("u").join(lake.table("bronze.pages").select("url", "fetch_time").alias("p"), "url")
+                 .where(F.col("p.fetch_time") >= F.col("u.time")).select("url").distinct())
+        not_fetched = tally.measure(latest.join(since, "url", "left_anti"), key="reason")
     return lambda: _stage("ingest", "bronze.pages", tally.one(pages), tally.one(pages), {},
                           records_skipped=tally.counts(skipped) if skipped else {}, http_statuses=tally.counts(statuses),
                           pages_truncated=tally.counts(truncated),

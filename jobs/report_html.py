@@ -150,8 +150,8 @@ def stage_details(stage: dict) -> str:
             out.append("<h3>WARC records read but not pages</h3>" + _table(
                 ["reason", "records"], [[html.escape(k), _n(v)] for k, v in sorted(stage["records_skipped"].items())]))
         if stage.get("urls_not_fetched"):
-            out.append("<h3>URLs the crawl did not fetch (bronze.unfetched, by the reason of each one's latest record)"
-                       "</h3>" + _table(["reason", "URLs"], [[html.escape(k), _n(v)] for k, v in
+            out.append("<h3>URLs the crawl did not fetch (bronze.unfetched, by the reason of each one's latest record;"
+                       " not those fetched since)</h3>" + _table(["reason", "URLs"], [[html.escape(k), _n(v)] for k, v in
                                                             sorted(stage["urls_not_fetched"].items())]))
         if stage.get("pages_truncated"):
             out.append("<h3>Pages kept whose body the crawler cut (WARC-Truncated)</h3>" + _table(

@@ -171,7 +171,7 @@ NOT_FETCHED_FIELD = "notFetched"  # the warc-fields name whose value says why a 
 @dataclass(frozen=True)
 class NotFetched:
     """A URL the crawl is done with for now without an answer to record, and why: written as a lone `metadata`
-    record (WARC 1.1 §6.8: "content created in order to further describe [...] a harvested resource"; Heritrix
+    record (WARC 1.1 §6.6: "content created in order to further describe [...] a harvested resource"; Heritrix
     keeps the same in its crawl.log, as fetch status codes), so that the archive accounts for every URL."""
     url: str
     reason: str                                   # robots_denied | tdmrep_reserved | a network failure kind

@@ -12,7 +12,7 @@ from __future__ import annotations
 import hashlib
 import re
 import zlib
-from datetime import timezone
+from datetime import datetime, timezone
 from urllib.parse import urlsplit
 
 from warcio.bufferedreaders import BufferedReader
@@ -83,7 +83,7 @@ def skip_row(reason: str, detail: str, warc_file: str, offset: int | None) -> di
     return row
 
 
-def _fetch_time(rec) -> object:
+def _fetch_time(rec) -> datetime | None:
     date = rec.get_header("WARC-Date")
     try:
         return iso_date_to_datetime(date).replace(tzinfo=timezone.utc) if date else None
@@ -92,7 +92,7 @@ def _fetch_time(rec) -> object:
 
 
 def warc_fields(block: bytes) -> dict[str, str]:
-    """An application/warc-fields block (`Name: value` lines, WARC 1.1 §4) as {lower-cased name: value}."""
+    """An application/warc-fields block (`Name: value` lines, as WARC 1.1 defines them) as {lower-cased name: value}."""
     fields = {}
     for line in block.decode("utf-8", errors="replace").splitlines():
         name, sep, value = line.partition(":")

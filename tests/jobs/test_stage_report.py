@@ -207,9 +207,9 @@ def test_a_stage_that_never_ran_is_reported_as_not_run(pipeline, tmp_path):
 
 def test_pages_the_crawler_cut_and_urls_it_did_not_fetch_are_shown_under_ingest(spark, tmp_path, capsys):
     """A lake of two ingested WARC files: one whose record says the crawler cut a body (WARC-Truncated: length), one
-    of the crawl's records of URLs it did not fetch (one URL twice: a DNS failure, then robots.txt at its recrawl).
-    The ingest stage counts the cut page by reason and each URL once, by its latest record's reason, and the page
-    says so; the stages after it have not run."""
+    of the crawl's records of URLs it did not fetch (one URL twice: a DNS failure, then robots.txt at its recrawl; one
+    that was fetched since).  The ingest stage counts the cut page by reason and each URL not fetched once, by its
+    latest record's reason, and the page says so; the stages after it have not run."""
     warc = tmp_path / "warc"
     warc.mkdir()
     write_warc(warc / "cut.warc.gz", [Page("http://big.weblm.test/", 200, "text/html", PAGES[0].body[:900],
@@ -217,7 +217,8 @@ def test_pages_the_crawler_cut_and_urls_it_did_not_fetch_are_shown_under_ingest(
     writer = RotatingWarcWriter(warc, "t", 10**9, {"operator": "test"})
     for url, reason, date in [("http://a.weblm.test/x", "dns", "2025-01-01T00:00:00.000000Z"),
                               ("http://a.weblm.test/x", "robots_denied", "2025-01-02T00:00:00.000000Z"),
-                              ("http://b.weblm.test/", "dns", "2025-01-01T00:00:00.000000Z")]:
+                              ("http://b.weblm.test/", "dns", "2025-01-01T00:00:00.000000Z"),
+                              (PAGES[0].url, "timeout", "2025-01-01T00:00:00.000000Z")]:   # fetched since
         writer.write_not_fetched(NotFetched(url, reason, "", date))
     writer.close()
     common = ["--lake", str(tmp_path / "lake"), "-p", f"warc_dir={warc}"]
@@ -226,7 +227,7 @@ def test_pages_the_crawler_cut_and_urls_it_did_not_fetch_are_shown_under_ingest(
     ingest = by_stage(json.loads((tmp_path / "r.json").read_text()))["ingest"]
     assert ingest["kept"]["documents"] == 2 and ingest["pages_truncated"] == {"length": 1}
     assert ingest["urls_not_fetched"] == {"dns": 1, "robots_denied": 1}
-    assert ingest["records_skipped"]["not_fetched"] == 3
+    assert ingest["records_skipped"]["not_fetched"] == 4
     page = (tmp_path / "r.html").read_text()
     assert "Pages kept whose body the crawler cut (WARC-Truncated)" in page and "<td>length</td>" in page
     assert "URLs the crawl did not fetch" in page and "<td>robots_denied</td>" in page
