@@ -229,14 +229,19 @@ class FateJob(SparkJob):
         parser.add_argument("--urls", dest="url_file", help="a file of URLs, one per line (# comments)")
         parser.add_argument("--json", action="store_true", help="one JSON object per URL instead of text")
 
-    def run_job(self, spark, args):
-        urls = list(args.urls)
+    def parse_args(self, argv):
+        """The URLs named and those of --urls, checked before any Spark session starts."""
+        args = super().parse_args(argv)
+        args.urls = list(args.urls)
         if args.url_file:
-            urls += [line.strip() for line in storage.read_text(args.url_file).splitlines()
-                     if line.strip() and not line.lstrip().startswith("#")]
-        if not urls:
+            args.urls += [line.strip() for line in storage.read_text(args.url_file).splitlines()
+                          if line.strip() and not line.lstrip().startswith("#")]
+        if not args.urls:
             raise ConfigError("name at least one URL (or --urls FILE)")
-        stories = url_fates(spark, self.cfg, self.paths, urls)
+        return args
+
+    def run_job(self, spark, args):
+        stories = url_fates(spark, self.cfg, self.paths, args.urls)
         for story in stories:
             print(json.dumps(story, default=str) if args.json else render(story), flush=True)
         unknown = [s["url"] for s in stories if not s["documents"] and not s["not_fetched"]]

@@ -144,7 +144,7 @@ def test_the_page_is_self_contained_and_holds_the_funnel(full_lake):
     assert report["tdm_reservations"] == [] and "No host's TDMRep file" in page   # no local web host reserves
 
 
-def test_fate_tells_each_url_its_way_and_its_tally_is_the_report(full_lake, pipeline, spark, capsys):
+def test_fate_tells_each_url_its_way_and_its_tally_is_the_report(full_lake, pipeline, spark, capsys, tmp_path):
     """jobs.fate over every URL of bronze.pages and one the lake has never seen: tallied over the documents, each
     stage's outcomes are the report's kept and dropped counts; the fixture's own drops read as such, a near copy
     names the document dedup kept instead, and a kept page names the shard sequences export wrote it as."""
@@ -152,10 +152,13 @@ def test_fate_tells_each_url_its_way_and_its_tally_is_the_report(full_lake, pipe
     lake = report["lake"]
     urls = sorted({r["url"] for r in spark.read.format("delta").load(f"{lake}/bronze/pages").select("url").collect()})
     nowhere = "http://nowhere.weblm.test/"
-    assert FateJob.main(full_lake_args(lake, pipeline.shards_dir) + ["--json", *urls, nowhere]) == 1   # unknown URL
+    listed = tmp_path / "urls.txt"
+    listed.write_text("# the lake's URLs\n" + "\n".join(urls) + "\n")
+    assert FateJob.main(["--json"]) == 2 and "name at least one URL" in capsys.readouterr().err
+    assert FateJob.main(full_lake_args(lake, pipeline.shards_dir) + ["--json", "--urls", str(listed), nowhere]) == 1
     printed = [json.loads(line) for line in capsys.readouterr().out.splitlines() if line.startswith("{")]
     stories = {s["url"]: s for s in printed}
-    assert list(stories) == [*urls, nowhere] and stories[nowhere]["documents"] == stories[nowhere]["not_fetched"] == []
+    assert list(stories) == [nowhere, *urls] and stories[nowhere]["documents"] == stories[nowhere]["not_fetched"] == []
     tally: dict = {}
     for story in printed:
         for doc in story["documents"]:
