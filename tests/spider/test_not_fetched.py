@@ -80,6 +80,22 @@ def test_a_crawl_records_each_url_it_did_not_fetch_and_why_and_ingest_reads_them
             summary["skips"].values() if isinstance(summary["skips"], dict) else (n for _, n in summary["skips"]))
 
 
+def test_with_not_fetched_off_the_crawl_records_none(tmp_path, raw_server):
+    server = raw_server(_answer, by_host=True)
+    overrides = ["proxy=" + server.proxy_url(), "frontier.tdmrep=respect", "warc.not_fetched=false"]
+    cmd = crawl_command(["http://shy.weblm.test/", "http://mute.weblm.test/"], tmp_path, overrides)
+    proc = subprocess.run(cmd, cwd=ROOT, env=env(), capture_output=True, text=True, timeout=120)
+    run = finished(proc.returncode, tmp_path, proc.stdout + proc.stderr)
+    assert run.returncode == 0, run.log[-3000:]
+    records = [r for path in run.warc_files for r in read_warc(path)]
+    assert {r["headers"].get_header("WARC-Target-URI") for r in records if r["type"] == "response"} >= {
+        "http://shy.weblm.test/", "http://shy.weblm.test/public/b"}
+    assert not [r for r in records if r["type"] == "metadata" and not r["headers"].get_header("WARC-Concurrent-To")]
+    stats = run.stats["scrapy"]
+    assert stats["weblm/robots_denied"] >= 1 and stats["weblm/errors/connection_lost"] == 1
+    assert "weblm/warc/not_fetched" not in stats
+
+
 def _fetch(url: str) -> Fetch:
     return Fetch(url, StatusAndHeaders(f"GET {url} HTTP/1.1", [("Host", "x.test")], protocol="", is_http_request=True),
                  b"", StatusAndHeaders("200 OK", [("Content-Type", "text/html")], protocol="HTTP/1.1"),
