@@ -92,7 +92,8 @@ def _fetch_time(rec) -> datetime | None:
 
 
 def warc_fields(block: bytes) -> dict[str, str]:
-    """An application/warc-fields block (`Name: value` lines, as WARC 1.1 defines them) as {lower-cased name: value}."""
+    """An application/warc-fields block (`Name: value` lines, as WARC 1.1 defines them) as {lower-cased name: value}.
+    By hand: warcio reads such lines only after a status line (StatusAndHeadersParser), which a block has not."""
     fields = {}
     for line in block.decode("utf-8", errors="replace").splitlines():
         name, sep, value = line.partition(":")
