@@ -3,15 +3,16 @@
     python -m jobs.fate URL [URL ...] [--urls FILE] [--json] [--lake DIR]
     spark-submit jobs/fate.py ...
 
-For each URL (as the crawl wrote it in WARC-Target-URI): the crawl's records of it not being fetched
-(bronze.unfetched: robots.txt, TDMRep, a network failure), and each capture of it in bronze.pages with its way
+For each URL, however it is spelled (matched by its canonical form: `same_url`), the crawl's records of it not
+being fetched (bronze.unfetched: robots.txt, TDMRep, a network failure), and each capture of it in bronze.pages with its way
 through the stages, by the per-stage report's rules and tables (jobs/report.py, for these documents alone):
 extract's outcome, quality's first failing reason (or its flags), dedup's decision (with the document kept in its
 place) or what paragraphs and contamination left, tokens, and the shards and sequence indexes that export wrote it
 into (gold.shard_lineage).  Every stage whose input table (as conf names it) holds the document is listed, so the
 way after a drop ends unless a later stage reads around it.  `python -m trainer.provenance CHECKPOINT` goes on from
 there: the documents a checkpoint was trained on.  `--json` prints one JSON object per URL instead of text.  Exits 1
-when a URL has no record in the lake at all.
+when a URL has no record in the lake at all.  Where the crawl wrote a URL otherwise than it was asked for (case,
+an escape, the query's order, a fragment, a default port), each record and capture says how (`url`).
 """
 import os
 import sys
@@ -29,6 +30,7 @@ from conf import ConfigError  # noqa: E402
 from jobs.base import SparkJob  # noqa: E402
 from jobs.report import Lake, document_fates  # noqa: E402
 from jobs.report_tally import Fates  # noqa: E402
+from jobs.warc.records import host_of  # noqa: E402
 
 KEPT, DROPPED, FLAGGED, NOT_RUN = "kept", "dropped", "flagged", "not run"
 
@@ -110,28 +112,69 @@ def stages_of(row: dict, fates: Fates, cfg, exported: bool) -> list[dict]:
     return way
 
 
-def url_fates(spark, cfg, paths, urls: list[str]) -> list[dict]:
-    """One dict per URL: `url`, `not_fetched` (the crawl's records), `documents` (each capture and its way)."""
-    from pyspark.sql import functions as F
+def same_url(url: str) -> str:
+    """The one spelling of a URL that its other spellings share: w3lib's canonical form (scheme and host in lower
+    case, percent-escapes normalised, the query sorted, no fragment), without credentials or a default port."""
+    from urllib.parse import urlsplit, urlunsplit
 
+    from w3lib.url import canonicalize_url
+
+    try:
+        parts = urlsplit(url.strip())
+        host = parts.hostname or ""
+        host = f"[{host}]" if ":" in host else host       # an IPv6 address keeps its brackets
+        # w3lib keeps ports and credentials, and its strip_url lives in Scrapy's utils, which jobs do not install
+        if parts.port is not None and parts.port != {"http": 80, "https": 443}.get(parts.scheme.lower()):
+            host = f"{host}:{parts.port}"
+        return canonicalize_url(urlunsplit(parts._replace(netloc=host)))
+    except ValueError:      # not a URL w3lib can parse: only its exact spelling matches
+        return url
+
+
+def _spelled(df, asked):
+    """The rows of `df` (a table with `url` and `host`) whose URL is one of those asked for, however spelled, with
+    the URL asked for as `asked`: rows of the asked hosts (or the exact URLs) are put in canonical form in a pandas
+    UDF, so the lake's URL column is read once and no URL is canonicalised outside those hosts."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.functions import pandas_udf
+
+    @pandas_udf("string")
+    def canonical(urls):
+        return urls.map(lambda url: same_url(url) if isinstance(url, str) else None)
+
+    hosts = sorted({h for h in map(host_of, asked.values()) if h})
+    keys = df.sparkSession.createDataFrame(sorted((key, url) for url, key in asked.items()),
+                                           "key string, asked string")
+    near = df.where(F.col("host").isin(hosts) | F.col("url").isin(list(asked))) if hosts else \
+        df.where(F.col("url").isin(list(asked)))
+    return near.withColumn("key", canonical("url")).join(F.broadcast(keys), "key")
+
+
+def url_fates(spark, cfg, paths, urls: list[str]) -> list[dict]:
+    """One dict per URL asked for: `url`, `not_fetched` (the crawl's records), `documents` (each capture and its way);
+    a record or capture of the URL spelled otherwise by the crawl carries its `url` too."""
     lake = Lake(spark, cfg, paths)
-    wanted = spark.createDataFrame([(u,) for u in dict.fromkeys(urls)], "url string")
-    found: dict[str, dict] = {u: {"url": u, "not_fetched": [], "documents": []} for u in urls}
+    asked = {u: same_url(u) for u in dict.fromkeys(urls)}
+    found: dict[str, dict] = {u: {"url": u, "not_fetched": [], "documents": []} for u in asked}
+
+    def spelling(row) -> dict:
+        return {"url": row["url"]} if row["url"] != row["asked"] else {}
+
     unfetched = lake.table("bronze.unfetched")
     if unfetched is not None:
-        for r in (unfetched.join(F.broadcast(wanted), "url").orderBy("time", "doc_id")
-                  .select("url", "time", "reason", "detail", "warc_file", "warc_offset").collect()):
-            found[r["url"]]["not_fetched"].append({k: r[k] for k in ("time", "reason", "detail", "warc_file",
-                                                                      "warc_offset")})
+        for r in (_spelled(unfetched, asked).orderBy("time", "doc_id")
+                  .select("asked", "url", "time", "reason", "detail", "warc_file", "warc_offset").collect()):
+            found[r["asked"]]["not_fetched"].append({**spelling(r), **{k: r[k] for k in (
+                "time", "reason", "detail", "warc_file", "warc_offset")}})
     bronze = lake.table("bronze.pages")
     if bronze is None:
         return list(found.values())
-    pages = (bronze.join(F.broadcast(wanted), "url")
-             .select("doc_id", "url", "fetch_time", "status", "warc_file", "warc_offset")
+    pages = (_spelled(bronze, asked).select("asked", "doc_id", "url", "fetch_time", "status", "warc_file",
+                                            "warc_offset")
              .orderBy("fetch_time", "doc_id").collect())
     if not pages:
         return list(found.values())
-    only = spark.createDataFrame([(p["doc_id"],) for p in pages], "doc_id string")
+    only = spark.createDataFrame(sorted({(p["doc_id"],) for p in pages}), "doc_id string")
     fates = document_fates(lake, only)
     rows = {r["doc_id"]: r.asDict() for r in fates.df.collect()}
     fates.release()
@@ -145,9 +188,9 @@ def url_fates(spark, cfg, paths, urls: list[str]) -> list[dict]:
                 entry["duplicate_of"] = survivors[page["doc_id"]]
             if entry["stage"] == "export" and entry["outcome"] == KEPT:
                 entry["sequences"] = shards.get(page["doc_id"], [])
-        found[page["url"]]["documents"].append({**{k: page[k] for k in ("doc_id", "fetch_time", "status",
-                                                                        "warc_file", "warc_offset")},
-                                                "stages": way})
+        found[page["asked"]]["documents"].append({**{k: page[k] for k in ("doc_id", "fetch_time", "status",
+                                                                          "warc_file", "warc_offset")},
+                                                  **spelling(page), "stages": way})
     return list(found.values())
 
 
@@ -187,16 +230,20 @@ def render(story: dict) -> str:
     for record in story["not_fetched"]:
         lines.append(f"  crawl     not fetched {_when(record['time'])}: {record['reason']}"
                      + (f" ({record['detail']})" if record["detail"] else "")
-                     + f"  [{record['warc_file']} @ {record['warc_offset']}]")
+                     + f"  [{record['warc_file']} @ {record['warc_offset']}]" + _as_written(record))
     if not story["documents"]:
         lines.append("  ingest    no capture in bronze.pages" + ("" if story["not_fetched"] else
                                                                " and no record of it in bronze.unfetched"))
     for doc in story["documents"]:
         lines.append(f"  ingest    doc {doc['doc_id']}: HTTP {doc['status']}, fetched {_when(doc['fetch_time'])}"
-                     f"  [{doc['warc_file']} @ {doc['warc_offset']}]")
+                     f"  [{doc['warc_file']} @ {doc['warc_offset']}]" + _as_written(doc))
         for entry in doc["stages"]:
             lines.append(f"  {entry['stage']:<9} {_entry(entry)}")
     return "\n".join(lines)
+
+
+def _as_written(record: dict) -> str:
+    return f"\n            as the crawl wrote it: {record['url']}" if "url" in record else ""
 
 
 def _entry(entry: dict) -> str:
@@ -225,7 +272,8 @@ class FateJob(SparkJob):
     writes_lake = False   # it only reads
 
     def add_arguments(self, parser):
-        parser.add_argument("urls", nargs="*", help="URLs as the crawl wrote them (WARC-Target-URI)")
+        parser.add_argument("urls", nargs="*",
+                            help="URLs, spelled as the crawl wrote them (WARC-Target-URI) or otherwise")
         parser.add_argument("--urls", dest="url_file", help="a file of URLs, one per line (# comments)")
         parser.add_argument("--json", action="store_true", help="one JSON object per URL instead of text")
 

@@ -69,7 +69,7 @@ def parse_content_type(value: str | None) -> tuple[str | None, str | None]:
     return media_type, (match.group(1).strip().lower() if match else None)
 
 
-def _host(url: str) -> str | None:
+def host_of(url: str) -> str | None:
     try:
         return (urlsplit(url).hostname or "").lower() or None
     except ValueError:  # e.g. an unbalanced IPv6 bracket: the page is kept, its host is unknown
@@ -119,7 +119,7 @@ def _not_fetched(record, warc_file: str) -> dict | None:
                         if short_by > 0 else "metadata", warc_file, record.offset)
     row = skip_row(NOT_FETCHED, f"{url}: {reason}", warc_file, record.offset)
     record_id = rec.get_header("WARC-Record-ID")
-    row.update(doc_id=doc_id_for(record_id) if record_id else None, url=url, host=_host(url),
+    row.update(doc_id=doc_id_for(record_id) if record_id else None, url=url, host=host_of(url),
                fetch_time=_fetch_time(rec), content_type="application/warc-fields", headers=fields,
                warc_record_id=record_id)
     return row
@@ -172,7 +172,7 @@ def page_or_skip(record, warc_file: str, record_types: frozenset[str], max_paylo
     if truncated is not None:   # the crawler cut the body (Common Crawl at 1 MiB: `length`; ours on a lost connection)
         headers[TRUNCATED] = truncated.strip().lower() or "unspecified"
     fetch_time = _fetch_time(rec)
-    return {"doc_id": doc_id_for(record_id), "url": url, "host": _host(url),
+    return {"doc_id": doc_id_for(record_id), "url": url, "host": host_of(url),
             "fetch_time": fetch_time, "status": status, "content_type": content_type, "headers": headers,
             "html": payload, "charset": charset, "payload_digest": rec.get_header("WARC-Payload-Digest"),
             "warc_file": warc_file, "warc_offset": offset, "warc_record_id": record_id,

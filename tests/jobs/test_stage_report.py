@@ -242,3 +242,28 @@ def test_pages_the_crawler_cut_and_urls_it_did_not_fetch_are_shown_under_ingest(
             and "  crawl     not fetched 2025-01-02T00:00:00Z: robots_denied  [" in told), told
     assert "\n  ingest    no capture in bronze.pages\n" in told
     assert re.search(r"http://big.weblm.test/\n  ingest    doc [0-9a-f]{40}: HTTP 200, .*\n  extract   not run", told)
+    assert "as the crawl wrote it" not in told
+    # the same URLs spelled otherwise (case, a default port, a fragment, no path) are the same URLs, and say how the
+    # crawl wrote them; a path in another case is another URL
+    assert FateJob.main(common + ["--json", "HTTP://A.weblm.test:80/x#top", "http://BIG.weblm.test",
+                                  "http://a.weblm.test/X"]) == 1
+    other, bare, capital = [json.loads(line) for line in capsys.readouterr().out.splitlines() if line.startswith("{")]
+    assert [(r["url"], r["reason"]) for r in other["not_fetched"]] == [("http://a.weblm.test/x", "dns"),
+                                                                      ("http://a.weblm.test/x", "robots_denied")]
+    assert [d["url"] for d in bare["documents"]] == ["http://big.weblm.test/"] and bare["not_fetched"] == []
+    assert capital == {"url": "http://a.weblm.test/X", "not_fetched": [], "documents": []}
+    assert "\n            as the crawl wrote it: http://a.weblm.test/x" in render(other)
+
+
+def test_one_url_however_spelled_has_one_canonical_form():
+    """jobs.fate's matching: case of scheme and host, a default port, credentials, a fragment, the query's order and
+    escapes do not make another URL; the path's case, another port or scheme does; what is not a URL matches only
+    itself."""
+    from jobs.fate import same_url
+
+    assert {same_url(u) for u in ["http://a.weblm.test/p?x=1&y=%7e", "HTTP://A.WEBLM.TEST:80/p?y=~&x=1#top",
+                                  "http://user:pw@a.weblm.test/p?y=%7E&x=1"]} == {"http://a.weblm.test/p?x=1&y=~"}
+    assert len({same_url(u) for u in ["http://a.weblm.test/p", "http://a.weblm.test/P", "https://a.weblm.test/p",
+                                      "http://a.weblm.test:8080/p"]}) == 4
+    assert same_url("http://[::1]:80/a") == same_url("http://[::1]/a") == "http://[::1]/a"
+    assert same_url("http://a.weblm.test:99999/") == "http://a.weblm.test:99999/"   # no such port: as it is
