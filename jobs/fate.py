@@ -4,8 +4,8 @@
     spark-submit jobs/fate.py ...
 
 For each URL, however it is spelled (matched by its canonical form: `same_url`), the crawl's records of it not
-being fetched (bronze.unfetched: robots.txt, TDMRep, a network failure), and each capture of it in bronze.pages with its way
-through the stages, by the per-stage report's rules and tables (jobs/report.py, for these documents alone):
+being fetched (bronze.unfetched: robots.txt, TDMRep, a network failure), and each capture of it in bronze.pages with
+its way through the stages, by the rules the per-stage report counts (`jobs.report.stage_ways`, for these documents):
 extract's outcome, quality's first failing reason (or its flags), dedup's decision (with the document kept in its
 place) or what paragraphs and contamination left, tokens, and the shards and sequence indexes that export wrote it
 into (gold.shard_lineage).  Every stage whose input table (as conf names it) holds the document is listed, so the
@@ -28,87 +28,41 @@ from datetime import datetime  # noqa: E402
 import storage  # noqa: E402
 from conf import ConfigError  # noqa: E402
 from jobs.base import SparkJob  # noqa: E402
-from jobs.report import Lake, document_fates  # noqa: E402
+from jobs.report import DROPPED, KEPT, Lake, Way, document_fates, stage_ways  # noqa: E402
 from jobs.report_tally import Fates  # noqa: E402
 from jobs.warc.records import host_of  # noqa: E402
 
-KEPT, DROPPED, FLAGGED, NOT_RUN = "kept", "dropped", "flagged", "not run"
+NOT_RUN = "not run"
 
 
-def stages_of(row: dict, fates: Fates, cfg, exported: bool) -> list[dict]:
-    """A document's way through the stages after ingest, from its row of `fates`, by the per-stage report's rules
-    (jobs/report.py): an entry `{"stage", "outcome": kept | dropped | flagged | not run, "reason"?, ...}` for each
-    stage whose input table (as conf names it) holds the document.  The way ends where a stage's input table is
-    absent (that stage, and what reads it, has not run).  `exported`: export's manifest exists."""
+def way_columns(ways: dict[str, Way]) -> list:
+    """The columns `stages_of` reads from a document's row of `Fates`: each stage's outcome, reason and measures."""
+    columns = []
+    for way in ways.values():
+        if not way.why:
+            columns += [way.outcome.alias(f"{way.stage}:outcome"), way.reason.alias(f"{way.stage}:reason"),
+                        *(c.alias(f"{way.stage}:{name}") for name, c in way.measures.items())]
+    return columns
+
+
+def stages_of(row: dict, fates: Fates, ways: dict[str, Way]) -> list[dict]:
+    """A document's way through the stages after ingest, from its row of `fates` with `way_columns`, by the rules the
+    per-stage report counts (`jobs.report.stage_ways`): an entry `{"stage", "outcome": kept | dropped | flagged |
+    not run, "reason"?, "chars"? | "tokens"?}` for each stage whose input table (as conf names it) holds the document.
+    The way ends where a stage's input table is absent (that stage, and what reads it, has not run)."""
     way: list[dict] = []
-
-    def ran(*names: str) -> bool:
-        return all(fates.has(name) for name in names)
-
-    def holds(name: str) -> bool:
-        return fates.has(name) and row.get(fates.tag(name)) is not None
-
-    def value(name: str, field: str):
-        return row.get(fates.col(name, field)) if fates.has(name) else None
-
-    def step(stage: str, outcome: str, **detail) -> None:
-        way.append({"stage": stage, "outcome": outcome, **{k: v for k, v in detail.items() if v is not None}})
-
-    def extract() -> None:
-        if holds("silver.documents"):
-            step("extract", KEPT, chars=value("silver.documents", "chars"))
-        else:
-            step("extract", DROPPED, reason=value("_ledger/extract", "outcome") or "not_processed")
-
-    def quality() -> None:
-        q = cfg.quality
-        reason = value("quality_view", "reason") if holds("quality_view") else "not_scored"
-        if reason is None:
-            step("quality", KEPT, chars=value(q.tables.output, "chars"))
-        elif q.mode == "flag" and reason != "not_scored":   # a flag, not a drop: the document goes on
-            step("quality", FLAGGED, reason=reason, chars=value(q.tables.output, "chars"))
-        else:
-            step("quality", DROPPED, reason=reason)
-
-    def dedup() -> None:
-        d = cfg.dedup
-        decision = value(d.tables.documents, "reason")
-        if decision is not None:
-            step("dedup", DROPPED, reason=decision)
-        elif not holds(d.tables.output):   # kept by the decision; paragraphs or contamination left nothing
-            step("dedup", DROPPED, reason=value(d.tables.contamination, "reason") or "too_short_after_paragraphs")
-        else:
-            step("dedup", KEPT, chars=value(d.tables.output, "chars"))
-
-    def tokenize() -> None:
-        if holds("gold.tokens"):
-            step("tokenize", KEPT, tokens=value("gold.tokens", "tokens"))
-        else:
-            step("tokenize", DROPPED, reason="not_tokenized")
-
-    def export() -> None:
-        if holds(cfg.export.lineage_table):
-            step("export", KEPT)
-        else:
-            step("export", DROPPED, reason="not_in_mix")
-
-    q, d = cfg.quality, cfg.dedup
-    stages = (("extract", "bronze.pages", ("silver.documents", "_ledger/extract"), extract),
-              ("quality", q.input_table, (q.tables.signals, q.tables.output), quality),
-              ("dedup", d.input_table, (d.tables.documents, d.tables.output), dedup),
-              ("tokenize", cfg.tokenize.input_table, ("gold.tokens",), tokenize),
-              ("export", "gold.tokens", (cfg.export.lineage_table,), export))
-    for stage, source, outputs, decide in stages:
-        if not fates.has(source):
+    for stage in ways.values():
+        if not fates.has(stage.source):
             break                       # its input was never written: nothing from here on has run
-        if not holds(source):
+        if row.get(fates.tag(stage.source)) is None:
             continue                    # dropped before it, or not what this stage reads
-        missing = not ran(*outputs) or (stage == "export" and not exported) \
-            or (stage == "quality" and not ran("quality_view"))   # the report's "not run": its view cannot be built
-        if missing:
-            step(stage, NOT_RUN)
+        if stage.why:
+            way.append({"stage": stage.stage, "outcome": NOT_RUN})
             continue
-        decide()
+        outcome, reason = row[f"{stage.stage}:outcome"], row[f"{stage.stage}:reason"]
+        measures = {} if outcome == DROPPED else {name: row[f"{stage.stage}:{name}"] for name in stage.measures}
+        way.append({"stage": stage.stage, "outcome": outcome, **({"reason": reason} if reason is not None else {}),
+                    **{k: v for k, v in measures.items() if v is not None}})
     return way
 
 
@@ -176,13 +130,13 @@ def url_fates(spark, cfg, paths, urls: list[str]) -> list[dict]:
         return list(found.values())
     only = spark.createDataFrame(sorted({(p["doc_id"],) for p in pages}), "doc_id string")
     fates = document_fates(lake, only)
-    rows = {r["doc_id"]: r.asDict() for r in fates.df.collect()}
+    ways = stage_ways(lake, fates)
+    rows = {r["doc_id"]: r.asDict() for r in fates.df.select("*", *way_columns(ways)).collect()}
     fates.release()
-    exported = storage.exists(storage.join(paths.shards_dir, "manifest.json"))
     survivors = _survivors(lake, cfg, only)
     shards = _shards(lake, cfg, only)
     for page in pages:
-        way = stages_of(rows.get(page["doc_id"], {}), fates, cfg, exported)
+        way = stages_of(rows.get(page["doc_id"], {}), fates, ways)
         for entry in way:
             if entry["stage"] == "dedup" and entry["outcome"] == DROPPED and page["doc_id"] in survivors:
                 entry["duplicate_of"] = survivors[page["doc_id"]]

@@ -13,9 +13,10 @@ per language and host, a histogram of every numeric column of silver.signals wit
   tokenize  the tokenize input table x gold.tokens (measured tokens)
   export    gold.tokens x the manifest and gold.shard_lineage (shards, tokens, realized mix per source)
 The tables are read once, into one row per document with what each table says of it, and every count is
-answered by one query over those rows (jobs/report_tally.py).  A stage whose tables are absent is reported as
-"not run".  Tokens of text that was never tokenized are estimated from the kept documents' measured characters
-per token, and marked as estimates.
+answered by one query over those rows (jobs/report_tally.py).  What each stage decided of a document (kept, dropped
+or flagged, and why) is one set of expressions over those rows (`stage_ways`), which `python -m jobs.fate` reads
+per document.  A stage whose tables are absent is reported as "not run".  Tokens of text that was never tokenized
+are estimated from the kept documents' measured characters per token, and marked as estimates.
 """
 import os
 import sys
@@ -27,7 +28,9 @@ if __name__ == "__main__":
 
 import json  # noqa: E402
 import logging  # noqa: E402
+from dataclasses import dataclass, field  # noqa: E402
 from datetime import datetime, timezone  # noqa: E402
+from typing import Any  # noqa: E402
 
 import storage  # noqa: E402
 from jobs.base import SparkJob  # noqa: E402
@@ -143,9 +146,102 @@ def _text(fates: Fates, name: str) -> dict:
     return {"chars": fates.col(name, "chars"), "text_bytes": fates.col(name, "text_bytes")}
 
 
+KEPT, DROPPED, FLAGGED = "kept", "dropped", "flagged"
+
+
+@dataclass(frozen=True)
+class Way:
+    """One stage's decision on each document, as expressions over the rows of `Fates`: the report counts them and
+    `python -m jobs.fate` reads them per document, so the two cannot disagree.  `why` is set when the stage has not
+    run (a table it needs is absent), and then there are no expressions."""
+    stage: str
+    tables: str
+    source: str                 # the `Fates` name of the table the stage reads: the documents it decides on
+    why: str | None = None
+    outcome: Any = None         # Column: kept | dropped | flagged, for the documents of `source`
+    reason: Any = None          # Column: why dropped or flagged; null when kept
+    measures: dict = field(default_factory=dict)   # name -> Column: what a kept document's row says of it
+
+
+def stage_ways(lake: Lake, fates: Fates) -> dict[str, Way]:
+    """extract .. export, each stage's decision rules (ingest decides nothing per document)."""
+    from pyspark.sql import functions as F
+
+    cfg, ways = lake.cfg, {}
+
+    def absent(stage: str, tables: str, source: str, needs: tuple, why: str) -> bool:
+        if all(fates.has(t) for t in needs):
+            return False
+        ways[stage] = Way(stage, tables, source, why=why)
+        return True
+
+    def col(name: str, field_: str):
+        return F.col(fates.col(name, field_)) if fates.has(name) else F.lit(None)
+
+    tables = "bronze.pages -> silver.documents"
+    if not absent("extract", tables, "bronze.pages", ("bronze.pages", "silver.documents", "_ledger/extract"),
+                  "bronze.pages, silver.documents or _ledger/extract is absent: run python -m jobs.extract"):
+        kept, outcome = fates.present("silver.documents"), col("_ledger/extract", "outcome")
+        ways["extract"] = Way("extract", tables, "bronze.pages", outcome=F.when(kept, KEPT).otherwise(DROPPED),
+                              reason=F.when(~kept, F.coalesce(F.when(outcome != KEPT, outcome),
+                                                              F.lit("not_processed"))),
+                              measures={"chars": col("silver.documents", "chars")})
+    q = cfg.quality
+    tables = f"{q.input_table} -> {q.tables.signals} -> {q.tables.output}"
+    if not absent("quality", tables, q.input_table, (q.input_table, q.tables.signals, q.tables.output),
+                  f"{q.tables.signals} or {q.tables.output} is absent: run python -m jobs.quality.job"):
+        if lake.view_error:
+            ways["quality"] = Way("quality", tables, q.input_table,
+                                  why=f"the filter view cannot be built: {lake.view_error}")
+        else:
+            # not scored: the document's current text has no signals (the view joins on the text's hash too)
+            reason = F.when(~fates.present("quality_view"), F.lit("not_scored")).otherwise(col("quality_view",
+                                                                                              "reason"))
+            flag = F.lit(q.mode == "flag") & (reason != "not_scored")   # in flag mode a reason is not a drop
+            ways["quality"] = Way("quality", tables, q.input_table, reason=reason,
+                                  outcome=F.when(reason.isNull(), KEPT).when(flag, FLAGGED).otherwise(DROPPED),
+                                  measures={"chars": col(q.tables.output, "chars")})
+    d = cfg.dedup
+    tables = f"{d.input_table} -> {d.tables.documents} -> {d.tables.output}"
+    if not absent("dedup", tables, d.input_table, (d.input_table, d.tables.documents, d.tables.output),
+                  f"{d.tables.documents} or {d.tables.output} is absent: run python -m jobs.dedup.job"):
+        decision, out = col(d.tables.documents, "reason"), fates.present(d.tables.output)
+        # kept by the decision (or never decided), absent from the output: the paragraph pass left it too short,
+        # or contamination dropped it
+        later = F.when(~out, F.coalesce(col(d.tables.contamination, "reason").cast("string"),
+                                         F.lit("too_short_after_paragraphs")))
+        reason = F.coalesce(decision, later)
+        ways["dedup"] = Way("dedup", tables, d.input_table, reason=reason,
+                            outcome=F.when(reason.isNull(), KEPT).otherwise(DROPPED),
+                            measures={"chars": col(d.tables.output, "chars")})
+    name = cfg.tokenize.input_table
+    tables = f"{name} -> gold.tokens"
+    if not absent("tokenize", tables, name, (name, "gold.tokens"), "gold.tokens is absent: run python -m jobs.tokens"):
+        gold = fates.present("gold.tokens")
+        ways["tokenize"] = Way("tokenize", tables, name, outcome=F.when(gold, KEPT).otherwise(DROPPED),
+                               reason=F.when(~gold, F.lit("not_tokenized")),
+                               measures={"tokens": col("gold.tokens", "tokens")})
+    manifest = storage.join(lake.paths.shards_dir, "manifest.json")
+    tables, lineage = "gold.tokens -> shards + manifest.json", cfg.export.lineage_table
+    if not fates.has("gold.tokens") or not storage.exists(manifest):
+        ways["export"] = Way("export", tables, "gold.tokens", why=f"{manifest} is absent: run python -m jobs.export")
+    else:
+        # a lake exported before gold.shard_lineage existed: every document of gold.tokens counts as exported
+        written = fates.present(lineage) if fates.has(lineage) else F.lit(True)
+        ways["export"] = Way("export", tables, "gold.tokens", outcome=F.when(written, KEPT).otherwise(DROPPED),
+                             reason=F.when(~written, F.lit("not_in_mix")))
+    return ways
+
+
+def _decided(fates: Fates, tally: Tally, way: Way, *outcomes: str, measures: dict | None = None, by_reason=False):
+    """The question "how many documents of the stage's input got one of `outcomes`" (per reason if `by_reason`)."""
+    where = fates.present(way.source) & way.outcome.isin(*outcomes)
+    return tally.ask(where, **({"key": way.reason} if by_reason else {}), **(measures or {}))
+
+
 # -- the stages: each asks its questions of the tally and returns how to build its entry once answered, or its
 # -- "not run" entry -----------------------------------------------------------------------------------------
-def ingest_stage(lake: Lake, fates: Fates, tally: Tally):
+def ingest_stage(lake: Lake, fates: Fates, tally: Tally, ways: dict[str, Way]):
     from pyspark.sql import functions as F
 
     if not fates.has("bronze.pages"):
@@ -176,130 +272,94 @@ def ingest_stage(lake: Lake, fates: Fates, tally: Tally):
                           urls_not_fetched=tally.counts(not_fetched) if not_fetched is not None else {})
 
 
-def extract_stage(lake: Lake, fates: Fates, tally: Tally):
+def extract_stage(lake: Lake, fates: Fates, tally: Tally, ways: dict[str, Way]):
+    way = ways["extract"]
+    if way.why:
+        return _not_run("extract", way.tables, way.why)
+    html = {"html_bytes": fates.col("bronze.pages", "html_bytes")}
+    by_outcome = _decided(fates, tally, way, DROPPED, measures=html, by_reason=True)
+    pages = tally.ask(fates.present(way.source), **html)
+    kept = _decided(fates, tally, way, KEPT, measures=_text(fates, "silver.documents"))
+    return lambda: _stage("extract", way.tables, tally.one(pages), tally.one(kept), tally.many(by_outcome))
+
+
+def quality_stage(lake: Lake, fates: Fates, tally: Tally, ways: dict[str, Way]):
     from pyspark.sql import functions as F
 
-    if not all(fates.has(t) for t in ("bronze.pages", "silver.documents", "_ledger/extract")):
-        return _not_run("extract", "bronze.pages -> silver.documents",
-                        "bronze.pages, silver.documents or _ledger/extract is absent: run python -m jobs.extract")
-    bronze, html = fates.present("bronze.pages"), fates.col("bronze.pages", "html_bytes")
-    outcome = F.coalesce(F.col(fates.col("_ledger/extract", "outcome")), F.lit("not_processed"))
-    by_outcome = tally.ask(bronze & (outcome != "kept"), key=outcome, html_bytes=html)
-    pages = tally.ask(bronze, html_bytes=html)
-    kept = tally.ask(fates.present("silver.documents"), **_text(fates, "silver.documents"))
-    return lambda: _stage("extract", "bronze.pages -> silver.documents", tally.one(pages), tally.one(kept),
-                          tally.many(by_outcome))
-
-
-def quality_stage(lake: Lake, fates: Fates, tally: Tally):
-    from pyspark.sql import functions as F
-
-    cfg = lake.cfg.quality
-    tables = f"{cfg.input_table} -> {cfg.tables.signals} -> {cfg.tables.output}"
-    if not all(fates.has(t) for t in (cfg.input_table, cfg.tables.signals, cfg.tables.output)):
-        return _not_run("quality", tables, f"{cfg.tables.signals} or {cfg.tables.output} is absent: "
-                        "run python -m jobs.quality.job")
-    if lake.view_error:
-        return _not_run("quality", tables, f"the filter view cannot be built: {lake.view_error}")
-    documents, text = fates.present(cfg.input_table), _text(fates, cfg.input_table)
-    # not scored: the document's current text has no signals (the view joins on the text's hash too)
-    reason = F.when(~fates.present("quality_view"), F.lit("not_scored")).otherwise(
-        F.col(fates.col("quality_view", "reason")))
-    reasons = tally.ask(documents & reason.isNotNull(), key=reason, **text)
+    cfg, way = lake.cfg.quality, ways["quality"]
+    if way.why:
+        return _not_run("quality", way.tables, way.why)
+    text = _text(fates, cfg.input_table)
+    dropped = _decided(fates, tally, way, DROPPED, measures=text, by_reason=True)
+    flagged = _decided(fates, tally, way, FLAGGED, measures=text, by_reason=True)
     signals = fates.present(cfg.tables.signals)
     types = [c.removeprefix("pii_") for c in lake.table(cfg.tables.signals).columns if c.startswith("pii_")]
     pii = {t: (tally.ask(signals, weight=fates.col(cfg.tables.signals, f"pii_{t}")),
                tally.ask(signals & (F.col(fates.col(cfg.tables.signals, f"pii_{t}")) > 0))) for t in types}
-    stage_input = tally.ask(documents, **text)
-    stage_kept = tally.ask(fates.present(cfg.tables.output), **_text(fates, cfg.tables.output))
+    stage_input = tally.ask(fates.present(way.source), **text)
+    stage_kept = _decided(fates, tally, way, KEPT, FLAGGED, measures=_text(fates, cfg.tables.output))
 
     def finish() -> dict:
-        dropped, flagged = tally.many(reasons), {}
-        if cfg.mode == "flag":  # nothing leaves the table: the reasons are flags, not drops
-            flagged = {k: v for k, v in dropped.items() if k != "not_scored"}
-            dropped = {k: v for k, v in dropped.items() if k == "not_scored"}
-        return _stage("quality", tables, tally.one(stage_input), tally.one(stage_kept), dropped, filter_mode=cfg.mode,
-                      flagged=flagged, pii_found={t: tally.one(q)["documents"] for t, (q, _) in pii.items()},
+        return _stage("quality", way.tables, tally.one(stage_input), tally.one(stage_kept), tally.many(dropped),
+                      filter_mode=cfg.mode, flagged=tally.many(flagged),
+                      pii_found={t: tally.one(q)["documents"] for t, (q, _) in pii.items()},
                       documents_with_pii={t: tally.one(q)["documents"] for t, (_, q) in pii.items()})
     return finish
 
 
-def dedup_stage(lake: Lake, fates: Fates, tally: Tally):
+def dedup_stage(lake: Lake, fates: Fates, tally: Tally, ways: dict[str, Way]):
     from pyspark.sql import functions as F
 
-    cfg = lake.cfg.dedup
-    tables = f"{cfg.input_table} -> {cfg.tables.documents} -> {cfg.tables.output}"
-    if not all(fates.has(t) for t in (cfg.input_table, cfg.tables.documents, cfg.tables.output)):
-        return _not_run("dedup", tables, f"{cfg.tables.documents} or {cfg.tables.output} is absent: "
-                        "run python -m jobs.dedup.job")
-    source, text = fates.present(cfg.input_table), _text(fates, cfg.input_table)
-    decision = F.col(fates.col(cfg.tables.documents, "reason"))
-    reasons = tally.ask(source & decision.isNotNull(), key=decision, **text)
-    # kept by the decision (or never decided), absent from the output: the paragraph pass left it too short, or
-    # contamination dropped it
-    survivor, in_out = source & decision.isNull(), fates.present(cfg.tables.output)
-    why = (F.col(fates.col(cfg.tables.contamination, "reason")) if fates.has(cfg.tables.contamination)
-           else F.lit(None).cast("string"))
-    later = tally.ask(survivor & ~in_out, key=F.coalesce(why, F.lit("too_short_after_paragraphs")), **text)
-    not_decided = tally.ask(survivor & ~fates.present(cfg.tables.documents))
-    kept = tally.ask(in_out, **_text(fates, cfg.tables.output))
+    cfg, way = lake.cfg.dedup, ways["dedup"]
+    if way.why:
+        return _not_run("dedup", way.tables, way.why)
+    source, text = fates.present(way.source), _text(fates, cfg.input_table)
+    dropped = _decided(fates, tally, way, DROPPED, measures=text, by_reason=True)
+    not_decided = tally.ask(source & ~fates.present(cfg.tables.documents))
+    kept = _decided(fates, tally, way, KEPT, measures=_text(fates, cfg.tables.output))
     stage_input = tally.ask(source, **text)
-    survivors_before = tally.ask(survivor & in_out, chars=text["chars"])
+    kept_before = _decided(fates, tally, way, KEPT, measures={"chars": text["chars"]})   # before the paragraph pass
     clusters = lake.table(cfg.tables.documents).groupBy("cluster_id").agg(F.count(F.lit(1)).alias("size"))
     sizes = tally.measure(clusters, key="size")
 
     def finish() -> dict:
-        dropped = tally.many(reasons)
-        dropped.update(tally.many(later))
         largest = [r.asDict() for r in clusters.orderBy(F.desc("size"), "cluster_id").limit(5).collect()]
-        return _stage("dedup", tables, tally.one(stage_input), tally.one(kept), dropped,
+        return _stage("dedup", way.tables, tally.one(stage_input), tally.one(kept), tally.many(dropped),
                       not_decided=tally.one(not_decided)["documents"],
-                      chars_cut_from_kept=max(0, tally.one(survivors_before)["chars"] - tally.one(kept)["chars"]),
+                      chars_cut_from_kept=max(0, tally.one(kept_before)["chars"] - tally.one(kept)["chars"]),
                       cluster_sizes=dict(sorted((int(k), v) for k, v in tally.counts(sizes).items())),
                       largest_clusters=largest)
     return finish
 
 
-def tokenize_stage(lake: Lake, fates: Fates, tally: Tally):
-    from pyspark.sql import functions as F
-
-    name = lake.cfg.tokenize.input_table
-    if not (fates.has(name) and fates.has("gold.tokens")):
-        return _not_run("tokenize", f"{name} -> gold.tokens", "gold.tokens is absent: run python -m jobs.tokens")
-    source, gold, text = fates.present(name), fates.present("gold.tokens"), _text(fates, name)
-    kept = tally.ask(source & gold, **text, tokens=fates.col("gold.tokens", "tokens"))
-    dropped = tally.ask(source & ~gold, key=F.lit("not_tokenized"), **text)
-    stale = tally.ask(gold & ~source)
-    stage_input = tally.ask(source, **text)
-    return lambda: _stage("tokenize", f"{name} -> gold.tokens", tally.one(stage_input), tally.one(kept),
-                          tally.many(dropped), gold_rows_not_in_input=tally.one(stale)["documents"])
+def tokenize_stage(lake: Lake, fates: Fates, tally: Tally, ways: dict[str, Way]):
+    way = ways["tokenize"]
+    if way.why:
+        return _not_run("tokenize", way.tables, way.why)
+    text = _text(fates, way.source)
+    kept = _decided(fates, tally, way, KEPT, measures={**text, "tokens": fates.col("gold.tokens", "tokens")})
+    dropped = _decided(fates, tally, way, DROPPED, measures=text, by_reason=True)
+    stale = tally.ask(fates.present("gold.tokens") & ~fates.present(way.source))
+    stage_input = tally.ask(fates.present(way.source), **text)
+    return lambda: _stage("tokenize", way.tables, tally.one(stage_input), tally.one(kept), tally.many(dropped),
+                          gold_rows_not_in_input=tally.one(stale)["documents"])
 
 
-def export_stage(lake: Lake, fates: Fates, tally: Tally):
-    from pyspark.sql import functions as F
-
+def export_stage(lake: Lake, fates: Fates, tally: Tally, ways: dict[str, Way]):
+    way = ways["export"]
+    if way.why:
+        return _not_run("export", way.tables, way.why)
     manifest_path = storage.join(lake.paths.shards_dir, "manifest.json")
-    tables = "gold.tokens -> shards + manifest.json"
-    if not fates.has("gold.tokens") or not storage.exists(manifest_path):
-        return _not_run("export", tables, f"{manifest_path} is absent: run python -m jobs.export")
     manifest = json.loads(storage.read_text(manifest_path))
-    gold, tokens = fates.present("gold.tokens"), fates.col("gold.tokens", "tokens")
-    stage_input = tally.ask(gold, tokens=tokens)
-    kept = left_out = None
-    lineage = lake.cfg.export.lineage_table
-    if fates.has(lineage):
-        kept = tally.ask(gold & fates.present(lineage), tokens=tokens)
-        left_out = tally.ask(gold & ~fates.present(lineage), key=F.lit("not_in_mix"), tokens=tokens)
+    tokens = {"tokens": fates.col("gold.tokens", "tokens")}
+    stage_input = tally.ask(fates.present(way.source), **tokens)
+    kept = _decided(fates, tally, way, KEPT, measures=tokens)
+    left_out = _decided(fates, tally, way, DROPPED, measures=tokens, by_reason=True)
     totals = manifest.get("totals", {})
-
-    def finish() -> dict:
-        input_ = tally.one(stage_input)
-        return _stage("export", tables, input_, tally.one(kept) if kept else dict(input_),
-                      tally.many(left_out) if left_out else {}, manifest=manifest_path,
-                      shards=len(manifest.get("shards", [])), sequences=int(totals.get("documents", 0)),
-                      shard_tokens=int(totals.get("tokens", 0)), mix=manifest.get("mix", {}).get("name"),
-                      realized_mix=realized_mix(manifest.get("mix", {})))
-    return finish
+    return lambda: _stage("export", way.tables, tally.one(stage_input), tally.one(kept), tally.many(left_out),
+                          manifest=manifest_path, shards=len(manifest.get("shards", [])),
+                          sequences=int(totals.get("documents", 0)), shard_tokens=int(totals.get("tokens", 0)),
+                          mix=manifest.get("mix", {}).get("name"), realized_mix=realized_mix(manifest.get("mix", {})))
 
 
 def realized_mix(mix: dict) -> dict:
@@ -465,7 +525,8 @@ def collect(spark, cfg, paths) -> dict:
     fates = document_fates(lake)
     tally = Tally(fates)
     try:
-        pending = {name: reader(lake, fates, tally) for name, reader in STAGE_READERS}   # a builder, or "not run"
+        ways = stage_ways(lake, fates)
+        pending = {name: reader(lake, fates, tally, ways) for name, reader in STAGE_READERS}  # a builder, or not run
         final_name = final_text(lake, {name: callable(p) for name, p in pending.items()})
         kept_per_key, signal_histograms_of = retention(lake, fates, final_name, tally), histograms(lake, fates, tally)
         tally.run()
