@@ -106,8 +106,25 @@ def _spelled(df, asked):
 
 def url_fates(spark, cfg, paths, urls: list[str]) -> list[dict]:
     """One dict per URL asked for: `url`, `not_fetched` (the crawl's records), `documents` (each capture and its way);
-    a record or capture of the URL spelled otherwise by the crawl carries its `url` too."""
+    a record or capture of the URL spelled otherwise by the crawl carries its `url` too.  A URL of which the lake has
+    no record gets `host_captures`: how many pages of its host bronze.pages holds (0: the crawl never reached it)."""
     lake = Lake(spark, cfg, paths)
+    stories = _url_fates(spark, lake, cfg, paths, urls)
+    unknown = {host_of(s["url"]) for s in stories if not s["documents"] and not s["not_fetched"]} - {None}
+    bronze = lake.table("bronze.pages")
+    if unknown and bronze is not None:
+        from pyspark.sql import functions as F
+
+        counts = dict(bronze.where(F.col("host").isin(sorted(unknown))).groupBy("host").count().collect())
+    else:
+        counts = {}
+    for story in stories:
+        if not story["documents"] and not story["not_fetched"]:
+            story["host_captures"] = counts.get(host_of(story["url"]), 0)
+    return stories
+
+
+def _url_fates(spark, lake: Lake, cfg, paths, urls: list[str]) -> list[dict]:
     asked = {u: same_url(u) for u in dict.fromkeys(urls)}
     found: dict[str, dict] = {u: {"url": u, "not_fetched": [], "documents": []} for u in asked}
 
@@ -188,6 +205,13 @@ def render(story: dict) -> str:
     if not story["documents"]:
         lines.append("  ingest    no capture in bronze.pages" + ("" if story["not_fetched"] else
                                                                " and no record of it in bronze.unfetched"))
+    if "host_captures" in story:
+        n = story["host_captures"]
+        lines.append(f"            its host has {n:,} capture{'s' if n != 1 else ''} in bronze.pages: "
+                     + ("the crawl reached the host, not this URL (still queued when it stopped, refused before the "
+                        "queue: off-site, too deep, over the host's budget; or never linked)" if n else
+                        "the crawl never fetched a page of it (not a seed, not linked, or off-site), or its WARC "
+                        "files are not ingested yet"))
     for doc in story["documents"]:
         lines.append(f"  ingest    doc {doc['doc_id']}: HTTP {doc['status']}, fetched {_when(doc['fetch_time'])}"
                      f"  [{doc['warc_file']} @ {doc['warc_offset']}]" + _as_written(doc))

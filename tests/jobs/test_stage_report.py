@@ -159,6 +159,7 @@ def test_fate_tells_each_url_its_way_and_its_tally_is_the_report(full_lake, pipe
     printed = [json.loads(line) for line in capsys.readouterr().out.splitlines() if line.startswith("{")]
     stories = {s["url"]: s for s in printed}
     assert list(stories) == [nowhere, *urls] and stories[nowhere]["documents"] == stories[nowhere]["not_fetched"] == []
+    assert stories[nowhere]["host_captures"] == 0 and all("host_captures" not in stories[u] for u in urls)
     tally: dict = {}
     for story in printed:
         for doc in story["documents"]:
@@ -246,13 +247,20 @@ def test_pages_the_crawler_cut_and_urls_it_did_not_fetch_are_shown_under_ingest(
     # the same URLs spelled otherwise (case, a default port, a fragment, no path) are the same URLs, and say how the
     # crawl wrote them; a path in another case is another URL
     assert FateJob.main(common + ["--json", "HTTP://A.weblm.test:80/x#top", "http://BIG.weblm.test",
-                                  "http://a.weblm.test/X"]) == 1
-    other, bare, capital = [json.loads(line) for line in capsys.readouterr().out.splitlines() if line.startswith("{")]
+                                  "http://a.weblm.test/X", "http://big.weblm.test/elsewhere"]) == 1
+    other, bare, capital, elsewhere = [json.loads(line) for line in capsys.readouterr().out.splitlines()
+                                       if line.startswith("{")]
     assert [(r["url"], r["reason"]) for r in other["not_fetched"]] == [("http://a.weblm.test/x", "dns"),
                                                                       ("http://a.weblm.test/x", "robots_denied")]
     assert [d["url"] for d in bare["documents"]] == ["http://big.weblm.test/"] and bare["not_fetched"] == []
-    assert capital == {"url": "http://a.weblm.test/X", "not_fetched": [], "documents": []}
+    assert "host_captures" not in other and "host_captures" not in bare
     assert "\n            as the crawl wrote it: http://a.weblm.test/x" in render(other)
+    # no record: how many pages of its host the lake holds tells "never reached the host" from "not this URL"
+    assert capital == {"url": "http://a.weblm.test/X", "not_fetched": [], "documents": [], "host_captures": 0}
+    assert elsewhere == {"url": "http://big.weblm.test/elsewhere", "not_fetched": [], "documents": [],
+                         "host_captures": 1}
+    assert "its host has 0 captures in bronze.pages: the crawl never fetched a page of it" in render(capital)
+    assert "its host has 1 capture in bronze.pages: the crawl reached the host, not this URL" in render(elsewhere)
 
 
 def test_one_url_however_spelled_has_one_canonical_form():
