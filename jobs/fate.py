@@ -85,10 +85,10 @@ def same_url(url: str) -> str:
         return url
 
 
-def _spelled(df, asked):
-    """The rows of `df` (a table with `url` and `host`) whose URL is one of those asked for, however spelled, with
-    the URL asked for as `asked`: rows of the asked hosts (or the exact URLs) are put in canonical form in a pandas
-    UDF, so the lake's URL column is read once and no URL is canonicalised outside those hosts."""
+def _spelled(df, asked: dict[str, str]):
+    """The rows of `df` (a table with `url` and `host`) whose URL is one of those asked for (`asked`: URL -> its
+    `same_url`), however spelled, with the URL asked for as `asked`.  Only rows of the asked URLs' hosts (semi-joined,
+    not a literal list: --urls may name many) are put in canonical form, by a pandas UDF."""
     from pyspark.sql import functions as F
     from pyspark.sql.functions import pandas_udf
 
@@ -96,11 +96,11 @@ def _spelled(df, asked):
     def canonical(urls):
         return urls.map(lambda url: same_url(url) if isinstance(url, str) else None)
 
-    hosts = sorted({h for h in map(host_of, asked.values()) if h})
-    keys = df.sparkSession.createDataFrame(sorted((key, url) for url, key in asked.items()),
-                                           "key string, asked string")
-    near = df.where(F.col("host").isin(hosts) | F.col("url").isin(list(asked))) if hosts else \
-        df.where(F.col("url").isin(list(asked)))
+    spark = df.sparkSession
+    keys = spark.createDataFrame(sorted((key, url) for url, key in asked.items()), "key string, asked string")
+    # the canonical form's host: an IDN typed in Unicode is the punycode host the crawl wrote
+    hosts = spark.createDataFrame(sorted({(host_of(key),) for key in asked.values()}, key=str), "host string")
+    near = df.join(F.broadcast(hosts), df["host"].eqNullSafe(hosts["host"]), "left_semi")
     return near.withColumn("key", canonical("url")).join(F.broadcast(keys), "key")
 
 
@@ -110,17 +110,16 @@ def url_fates(spark, cfg, paths, urls: list[str]) -> list[dict]:
     no record gets `host_captures`: how many pages of its host bronze.pages holds (0: the crawl never reached it)."""
     lake = Lake(spark, cfg, paths)
     stories = _url_fates(spark, lake, cfg, paths, urls)
-    unknown = {host_of(s["url"]) for s in stories if not s["documents"] and not s["not_fetched"]} - {None}
-    bronze = lake.table("bronze.pages")
-    if unknown and bronze is not None:
+    unknown = [s for s in stories if not s["documents"] and not s["not_fetched"]]
+    hosts = {s["url"]: host_of(same_url(s["url"])) for s in unknown}
+    bronze, counts = lake.table("bronze.pages"), {}
+    if bronze is not None and set(hosts.values()) - {None}:
         from pyspark.sql import functions as F
 
-        counts = dict(bronze.where(F.col("host").isin(sorted(unknown))).groupBy("host").count().collect())
-    else:
-        counts = {}
-    for story in stories:
-        if not story["documents"] and not story["not_fetched"]:
-            story["host_captures"] = counts.get(host_of(story["url"]), 0)
+        wanted = spark.createDataFrame(sorted({(h,) for h in hosts.values() if h}), "host string")
+        counts = dict(bronze.join(F.broadcast(wanted), "host", "left_semi").groupBy("host").count().collect())
+    for story in unknown:
+        story["host_captures"] = counts.get(hosts[story["url"]], 0)
     return stories
 
 

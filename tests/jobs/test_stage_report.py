@@ -274,4 +274,5 @@ def test_one_url_however_spelled_has_one_canonical_form():
     assert len({same_url(u) for u in ["http://a.weblm.test/p", "http://a.weblm.test/P", "https://a.weblm.test/p",
                                       "http://a.weblm.test:8080/p"]}) == 4
     assert same_url("http://[::1]:80/a") == same_url("http://[::1]/a") == "http://[::1]/a"
+    assert same_url("http://Bücher.example/a") == same_url("http://xn--bcher-kva.example/a")   # the crawl's punycode
     assert same_url("http://a.weblm.test:99999/") == "http://a.weblm.test:99999/"   # no such port: as it is
