@@ -10,7 +10,7 @@ import pytest
 
 from conftest import PAGES, Page, write_warc
 from jobs.ingest import IngestJob
-from jobs.report import NOT_RUN, ReportJob, collect, write
+from jobs.report import NOT_RUN, ReportJob, collect, verdict, write
 from jobs.fate import FateJob, render
 from spider.warc import NotFetched, RotatingWarcWriter
 
@@ -104,7 +104,7 @@ def test_totals_match_the_tables(full_lake, spark):
     overall = report["overall"]
     assert overall["final_table"] == "silver.deduped"
     assert overall["kept_text_share"] == pytest.approx(stages["dedup"]["kept"]["chars"] / stages["extract"]["kept"]["chars"])
-    assert overall["verdict"] in ("below target", "within target", "above target")
+    assert overall["verdict"] == verdict(overall["kept_text_share"], overall["target_kept_share"])
 
 
 def test_retention_per_language_and_host_adds_up_to_the_funnel(full_lake):
@@ -276,3 +276,11 @@ def test_one_url_however_spelled_has_one_canonical_form():
     assert same_url("http://[::1]:80/a") == same_url("http://[::1]/a") == "http://[::1]/a"
     assert same_url("http://Bücher.example/a") == same_url("http://xn--bcher-kva.example/a")   # the crawl's punycode
     assert same_url("http://a.weblm.test:99999/") == "http://a.weblm.test:99999/"   # no such port: as it is
+
+
+def test_the_kept_share_is_judged_as_it_is_shown():
+    """The verdict beside a share printed to 0.1 % agrees with what is printed, at both edges of the target."""
+    target = [0.1, 0.2]
+    assert [verdict(x, target) for x in (0.0994, 0.0996, 0.15, 0.2004, 0.2006)] == [
+        "below target", "within target", "within target", "within target", "above target"]
+    assert f"{0.2004:.1%}" == "20.0%" and f"{0.2006:.1%}" == "20.1%"
