@@ -85,22 +85,35 @@ def same_url(url: str) -> str:
         return url
 
 
-def _spelled(df, asked: dict[str, str]):
+DRIVER_URLS = 100_000   # the asked hosts' distinct URLs canonicalised in this process; past it, by a pandas UDF
+
+
+def _spelled(df, asked: dict[str, str], driver_urls: int = DRIVER_URLS):
     """The rows of `df` (a table with `url` and `host`) whose URL is one of those asked for (`asked`: URL -> its
-    `same_url`), however spelled, with the URL asked for as `asked`.  Only rows of the asked URLs' hosts (semi-joined,
-    not a literal list: --urls may name many) are put in canonical form, by a pandas UDF."""
+    `same_url`), however spelled, with the URL asked for as `asked`.  Only rows of the asked URLs' hosts are looked at
+    (semi-joined, not a literal list: --urls may name many).  Their distinct URLs are canonicalised here when they
+    are at most `driver_urls` (no Python worker to start: ~10 s on a laptop), else by a pandas UDF on the executors."""
     from pyspark.sql import functions as F
     from pyspark.sql.functions import pandas_udf
+
+    spark = df.sparkSession
+    keys = spark.createDataFrame(sorted((key, url) for url, key in asked.items()), "key string, asked string")
+    # the hosts of the asked URLs as typed and in canonical form: an IDN typed in Unicode is the punycode host the
+    # crawl wrote
+    names = {host_of(key) for key in asked.values()} | {host_of(url) for url in asked}
+    hosts = spark.createDataFrame(sorted({(h,) for h in names}, key=str), "host string")
+    near = df.join(F.broadcast(hosts), df["host"].eqNullSafe(hosts["host"]), "left_semi")
+    urls = [r["url"] for r in near.select("url").distinct().limit(driver_urls + 1).collect()]
+    if len(urls) <= driver_urls:
+        wanted = set(asked.values())
+        pairs = sorted((url, key) for url in urls if url is not None and (key := same_url(url)) in wanted)
+        spelled = spark.createDataFrame(pairs, "url string, key string")
+        return near.join(F.broadcast(spelled), "url").join(F.broadcast(keys), "key")
 
     @pandas_udf("string")
     def canonical(urls):
         return urls.map(lambda url: same_url(url) if isinstance(url, str) else None)
 
-    spark = df.sparkSession
-    keys = spark.createDataFrame(sorted((key, url) for url, key in asked.items()), "key string, asked string")
-    # the canonical form's host: an IDN typed in Unicode is the punycode host the crawl wrote
-    hosts = spark.createDataFrame(sorted({(host_of(key),) for key in asked.values()}, key=str), "host string")
-    near = df.join(F.broadcast(hosts), df["host"].eqNullSafe(hosts["host"]), "left_semi")
     return near.withColumn("key", canonical("url")).join(F.broadcast(keys), "key")
 
 

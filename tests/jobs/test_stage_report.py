@@ -284,3 +284,20 @@ def test_the_kept_share_is_judged_as_it_is_shown():
     assert [verdict(x, target) for x in (0.0994, 0.0996, 0.15, 0.2004, 0.2006)] == [
         "below target", "within target", "within target", "within target", "above target"]
     assert f"{0.2004:.1%}" == "20.0%" and f"{0.2006:.1%}" == "20.1%"
+
+
+@pytest.mark.parametrize("driver_urls", [100, 0], ids=["in-process", "pandas-udf"])
+def test_spellings_are_found_by_either_way_of_canonicalising(spark, driver_urls):
+    """jobs.fate's lookup: the asked hosts' URLs canonicalised in the driver (a few) or by a pandas UDF (past
+    `driver_urls`) find the same rows, each with the URL it was asked as; another host's URL of the same path is not
+    looked at, and a row whose URL has no host is found by its exact spelling."""
+    from jobs.fate import _spelled, same_url
+    from jobs.warc.records import host_of
+
+    rows = ["http://a.weblm.test/p?x=1&y=2", "http://a.weblm.test/q", "http://b.weblm.test/p?x=1&y=2",
+            "http://xn--bcher-kva.example/", "not a url"]
+    df = spark.createDataFrame([(i, u, host_of(u)) for i, u in enumerate(rows)], "i int, url string, host string")
+    asked = ["HTTP://A.weblm.test:80/p?y=2&x=1#s", "http://bücher.example", "not a url", "http://c.weblm.test/"]
+    found = _spelled(df, {u: same_url(u) for u in asked}, driver_urls=driver_urls)
+    assert sorted((r["i"], r["asked"]) for r in found.select("i", "asked").collect()) == [
+        (0, asked[0]), (3, asked[1]), (4, asked[2])]
