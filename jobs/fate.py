@@ -92,7 +92,7 @@ def _spelled(df, asked: dict[str, str], driver_urls: int = DRIVER_URLS):
     """The rows of `df` (a table with `url` and `host`) whose URL is one of those asked for (`asked`: URL -> its
     `same_url`), however spelled, with the URL asked for as `asked`.  Only rows of the asked URLs' hosts are looked at
     (semi-joined, not a literal list: --urls may name many).  Their distinct URLs are canonicalised here when they
-    are at most `driver_urls` (no Python worker to start: ~10 s on a laptop), else by a pandas UDF on the executors."""
+    are at most `driver_urls` (no Python worker to start), else by a pandas UDF on the executors."""
     from pyspark.sql import functions as F
     from pyspark.sql.functions import pandas_udf
 
