@@ -28,11 +28,9 @@ from datetime import datetime  # noqa: E402
 import storage  # noqa: E402
 from conf import ConfigError  # noqa: E402
 from jobs.base import SparkJob  # noqa: E402
-from jobs.report import DROPPED, KEPT, Lake, Way, document_fates, stage_ways  # noqa: E402
+from jobs.report import DROPPED, KEPT, NOT_RUN, Lake, Way, document_fates, stage_ways  # noqa: E402
 from jobs.report_tally import Fates  # noqa: E402
 from jobs.warc.records import host_of  # noqa: E402
-
-NOT_RUN = "not run"
 
 
 def way_columns(ways: dict[str, Way]) -> list:
