@@ -26,7 +26,7 @@ from datetime import timezone
 
 import storage
 from jobs import mixing
-from jobs.base import SparkJob, commit_info, data_changed_since, settings_sha256, table_version
+from jobs.base import SparkJob, commit_info, data_changed_since, local_frame, settings_sha256, table_version
 from jobs.shard_writer import SHARD_FILES, shard_window, token_dtype, validate_shard, write_shards
 from jobs.text import bpe
 
@@ -193,8 +193,8 @@ class ExportJob(SparkJob):
             stage["rates"] = mixing.sampling_rates(in_tokens, weights, round(stage["share"] * total) if scheduled
                                                    else cfg.mix.total_tokens)
             rate_rows += [(k, stage["stage"], source, float(r)) for source, r in stage["rates"].items()]
-        rates = spark.createDataFrame(rate_rows or [(-1, "", "", 0.0)],
-                                      "stage_index int, stage string, source string, rate double")
+        rates = local_frame(spark, rate_rows or [(-1, "", "", 0.0)],
+                            "stage_index int, stage string, source string, rate double")
         buckets = max(1, cfg.order_buckets)
         # a plain mix keeps its hashes free of the stage, so its sample and order do not depend on stage names
         salt = [F.col("stage")] if scheduled else []
@@ -217,8 +217,8 @@ class ExportJob(SparkJob):
             doc_base, token_base = doc_base + n_docs, token_base + n_tokens
         window = shard_window(token_base, cfg.target_tokens_per_shard, cfg.max_shards)
         in_bucket = Window.partitionBy("bucket").orderBy("key", "doc_id", "copy")
-        starts = spark.createDataFrame(offsets or [(0, 0, 0, 0)],
-                                       "bucket int, doc_base long, token_base long, stage_base long")
+        starts = local_frame(spark, offsets or [(0, 0, 0, 0)],
+                             "bucket int, doc_base long, token_base long, stage_base long")
         located = (sampled.join(F.broadcast(starts), "bucket")
                    .withColumn("ordinal", F.col("doc_base") + F.row_number().over(in_bucket) - 1)
                    .withColumn("start", F.col("token_base") + F.sum("length").over(in_bucket) - F.col("length"))
@@ -230,7 +230,7 @@ class ExportJob(SparkJob):
                            F.min("ordinal").alias("first"), F.count(F.lit(1)).alias("docs"),
                            F.sum("length").alias("tokens")).collect())
         shard_rows = [(raw, index, first) for index, (raw, first, _, _) in enumerate(stats)]
-        dense = spark.createDataFrame(shard_rows or [(-1, -1, 0)], "raw_shard long, shard int, first long")
+        dense = local_frame(spark, shard_rows or [(-1, -1, 0)], "raw_shard long, shard int, first long")
         placed = (located.join(F.broadcast(dense), "raw_shard")
                   .withColumn("i", (F.col("ordinal") - F.col("first")).cast("long"))
                   .select("shard", "i", "doc_id", "url", "source", "stage", "copy", "length"))
@@ -297,11 +297,11 @@ class ExportJob(SparkJob):
         from pyspark.sql import functions as F
 
         path = self.table(self.cfg.export.lineage_table)
-        prefixes = spark.createDataFrame([(s["index"], s["prefix"]) for s in written] or [(-1, "")],
-                                         "shard int, shard_prefix string")
+        prefixes = local_frame(spark, [(s["index"], s["prefix"]) for s in written] or [(-1, "")],
+                               "shard int, shard_prefix string")
         silver_version = sources["silver.documents"]["version"]
         if silver_version is None:  # gold made elsewhere: URLs only
-            silver = spark.createDataFrame([], "doc_id string, warc_file string, warc_offset long")
+            silver = local_frame(spark, [], "doc_id string, warc_file string, warc_offset long")
         else:
             silver = (spark.read.format("delta").option("versionAsOf", silver_version)
                       .load(self.table("silver.documents")).select("doc_id", "warc_file", "warc_offset"))

@@ -27,7 +27,7 @@ from datetime import datetime  # noqa: E402
 
 import storage  # noqa: E402
 from conf import ConfigError  # noqa: E402
-from jobs.base import SparkJob  # noqa: E402
+from jobs.base import SparkJob, local_frame  # noqa: E402
 from jobs.report import DROPPED, KEPT, NOT_RUN, Lake, Way, document_fates, stage_ways  # noqa: E402
 from jobs.report_tally import Fates  # noqa: E402
 from jobs.warc.records import host_of  # noqa: E402
@@ -95,17 +95,17 @@ def _spelled(df, asked: dict[str, str], driver_urls: int = DRIVER_URLS):
     from pyspark.sql.functions import pandas_udf
 
     spark = df.sparkSession
-    keys = spark.createDataFrame(sorted((key, url) for url, key in asked.items()), "key string, asked string")
+    keys = local_frame(spark, sorted((key, url) for url, key in asked.items()), "key string, asked string")
     # the hosts of the asked URLs as typed and in canonical form: an IDN typed in Unicode is the punycode host the
     # crawl wrote
     names = {host_of(key) for key in asked.values()} | {host_of(url) for url in asked}
-    hosts = spark.createDataFrame(sorted({(h,) for h in names}, key=str), "host string")
+    hosts = local_frame(spark, sorted({(h,) for h in names}, key=str), "host string")
     near = df.join(F.broadcast(hosts), df["host"].eqNullSafe(hosts["host"]), "left_semi")
     urls = [r["url"] for r in near.select("url").distinct().limit(driver_urls + 1).collect()]
     if len(urls) <= driver_urls:
         wanted = set(asked.values())
         pairs = sorted((url, key) for url in urls if url is not None and (key := same_url(url)) in wanted)
-        spelled = spark.createDataFrame(pairs, "url string, key string")
+        spelled = local_frame(spark, pairs, "url string, key string")
         return near.join(F.broadcast(spelled), "url").join(F.broadcast(keys), "key")
 
     @pandas_udf("string")
@@ -127,7 +127,7 @@ def url_fates(spark, cfg, paths, urls: list[str]) -> list[dict]:
     if bronze is not None and set(hosts.values()) - {None}:
         from pyspark.sql import functions as F
 
-        wanted = spark.createDataFrame(sorted({(h,) for h in hosts.values() if h}), "host string")
+        wanted = local_frame(spark, sorted({(h,) for h in hosts.values() if h}), "host string")
         counts = dict(bronze.join(F.broadcast(wanted), "host", "left_semi").groupBy("host").count().collect())
     for story in unknown:
         story["host_captures"] = counts.get(hosts[story["url"]], 0)
@@ -155,7 +155,7 @@ def _url_fates(spark, lake: Lake, cfg, paths, urls: list[str]) -> list[dict]:
              .orderBy("fetch_time", "doc_id").collect())
     if not pages:
         return list(found.values())
-    only = spark.createDataFrame(sorted({(p["doc_id"],) for p in pages}), "doc_id string")
+    only = local_frame(spark, sorted({(p["doc_id"],) for p in pages}), "doc_id string")
     fates = document_fates(lake, only)
     ways = stage_ways(lake, fates)
     rows = {r["doc_id"]: r.asDict() for r in fates.df.select("*", *way_columns(ways)).collect()}

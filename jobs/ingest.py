@@ -36,7 +36,7 @@ from typing import Iterator
 
 import storage
 from conf import ConfigError
-from jobs.base import SparkJob, merge_table, table_version
+from jobs.base import SparkJob, local_frame, merge_table, table_version
 from tdmrep import WELL_KNOWN
 from jobs.warc.files import read_warc
 from jobs.warc.records import BRONZE_COLUMNS, NOT_FETCHED, NOT_FETCHED_FIELD, SKIP_COLUMNS, TRUNCATED
@@ -427,7 +427,7 @@ class IngestJob(SparkJob):
 
         schema = read_schema()
         arrow_schema = to_arrow_schema(schema, timezone="UTC")
-        files = spark.createDataFrame([(f["file"], f["size"]) for f in todo], "file string, size long")
+        files = local_frame(spark, [(f["file"], f["size"]) for f in todo], "file string, size long")
         slices = max(1, math.ceil(len(todo) / max(1, cfg.files_per_task)))
         read = (files.repartition(slices).mapInArrow(partial(read_files, cfg=cfg, arrow_schema=arrow_schema), schema)
                 .persist(StorageLevel.MEMORY_AND_DISK))

@@ -20,7 +20,7 @@ from collections import Counter
 
 import storage
 from jobs import mixing
-from jobs.base import SparkJob, is_empty, merge_table, table_version, upsert_table
+from jobs.base import SparkJob, is_empty, local_frame, merge_table, table_version, upsert_table
 from jobs.text import bpe
 
 log = logging.getLogger("weblm.jobs.tokenize")
@@ -126,8 +126,8 @@ class TokenizeJob(SparkJob):
         # thin each stratum by hash to about twice its cap first, so that no task sorts a whole large stratum
         strata = [(r["language"], r["source"], min(1.0, 2.0 * cap / max(1, r["chars"] or 0)))
                              for r in sizes]
-        keep = train.sparkSession.createDataFrame(strata or [("", "", 0.0)],
-                                                  "language string, source string, keep double")
+        keep = local_frame(train.sparkSession, strata or [("", "", 0.0)],
+                           "language string, source string, keep double")
         in_stratum = Window.partitionBy("language", "source").orderBy("rank", "doc_id")
         rows = (train.join(F.broadcast(keep), ["language", "source"])
                 .where(mixing.unit_hash(0, F.col("doc_id")) < F.col("keep"))
