@@ -83,6 +83,15 @@ def same_url(url: str) -> str:
         return url
 
 
+def host_spellings(host: str | None) -> set:
+    """A canonical host as a crawl may have written it: as it is (an IDN in punycode, as browsers and Scrapy send
+    it) and with its punycode labels in Unicode (as an IRI in another crawler's WARC may hold it)."""
+    try:
+        return {host, host.encode("ascii").decode("idna").lower()} if host else {host}
+    except UnicodeError:    # a label that is not valid punycode: only as it is
+        return {host}
+
+
 DRIVER_URLS = 100_000   # the asked hosts' distinct URLs canonicalised in this process; past it, by a pandas UDF
 
 
@@ -96,9 +105,7 @@ def _spelled(df, asked: dict[str, str], driver_urls: int = DRIVER_URLS):
 
     spark = df.sparkSession
     keys = local_frame(spark, sorted((key, url) for url, key in asked.items()), "key string, asked string")
-    # the hosts of the asked URLs as typed and in canonical form: an IDN typed in Unicode is the punycode host the
-    # crawl wrote
-    names = {host_of(key) for key in asked.values()} | {host_of(url) for url in asked}
+    names = set().union(*({host_of(url)} | host_spellings(host_of(key)) for url, key in asked.items()))
     hosts = local_frame(spark, sorted({(h,) for h in names}, key=str), "host string")
     near = df.join(F.broadcast(hosts), df["host"].eqNullSafe(hosts["host"]), "left_semi")
     urls = [r["url"] for r in near.select("url").distinct().limit(driver_urls + 1).collect()]
@@ -122,15 +129,15 @@ def url_fates(spark, cfg, paths, urls: list[str]) -> list[dict]:
     lake = Lake(spark, cfg, paths)
     stories = _url_fates(spark, lake, cfg, paths, urls)
     unknown = [s for s in stories if not s["documents"] and not s["not_fetched"]]
-    hosts = {s["url"]: host_of(same_url(s["url"])) for s in unknown}
+    hosts = {s["url"]: host_spellings(host_of(same_url(s["url"]))) - {None} for s in unknown}
     bronze, counts = lake.table("bronze.pages"), {}
-    if bronze is not None and set(hosts.values()) - {None}:
+    if bronze is not None and set().union(*hosts.values()):
         from pyspark.sql import functions as F
 
-        wanted = local_frame(spark, sorted({(h,) for h in hosts.values() if h}), "host string")
+        wanted = local_frame(spark, sorted({(h,) for names in hosts.values() for h in names}), "host string")
         counts = dict(bronze.join(F.broadcast(wanted), "host", "left_semi").groupBy("host").count().collect())
     for story in unknown:
-        story["host_captures"] = counts.get(hosts[story["url"]], 0)
+        story["host_captures"] = sum(counts.get(h, 0) for h in hosts[story["url"]])
     return stories
 
 

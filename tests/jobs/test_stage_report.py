@@ -267,7 +267,7 @@ def test_one_url_however_spelled_has_one_canonical_form():
     """jobs.fate's matching: case of scheme and host, a default port, credentials, a fragment, the query's order and
     escapes do not make another URL; the path's case, another port or scheme does; what is not a URL matches only
     itself."""
-    from jobs.fate import same_url
+    from jobs.fate import host_spellings, same_url
 
     assert {same_url(u) for u in ["http://a.weblm.test/p?x=1&y=%7e", "HTTP://A.WEBLM.TEST:80/p?y=~&x=1#top",
                                   "http://user:pw@a.weblm.test/p?y=%7E&x=1"]} == {"http://a.weblm.test/p?x=1&y=~"}
@@ -276,6 +276,9 @@ def test_one_url_however_spelled_has_one_canonical_form():
     assert same_url("http://[::1]:80/a") == same_url("http://[::1]/a") == "http://[::1]/a"
     assert same_url("http://Bücher.example/a") == same_url("http://xn--bcher-kva.example/a")   # the crawl's punycode
     assert same_url("http://a.weblm.test:99999/") == "http://a.weblm.test:99999/"   # no such port: as it is
+    assert host_spellings("xn--mller-kva.example") == {"xn--mller-kva.example", "müller.example"}
+    assert host_spellings("a.weblm.test") == {"a.weblm.test"} and host_spellings(None) == {None}
+    assert host_spellings("xn--zz.example") == {"xn--zz.example"}    # not valid punycode: only as it is
 
 
 def test_the_kept_share_is_judged_as_it_is_shown():
@@ -290,14 +293,16 @@ def test_the_kept_share_is_judged_as_it_is_shown():
 def test_spellings_are_found_by_either_way_of_canonicalising(spark, driver_urls):
     """jobs.fate's lookup: the asked hosts' URLs canonicalised in the driver (a few) or by a pandas UDF (past
     `driver_urls`) find the same rows, each with the URL it was asked as; another host's URL of the same path is not
-    looked at, and a row whose URL has no host is found by its exact spelling."""
+    looked at, a row whose URL has no host is found by its exact spelling, and an IDN host the crawl wrote in Unicode
+    by its punycode."""
     from jobs.fate import _spelled, same_url
     from jobs.warc.records import host_of
 
     rows = ["http://a.weblm.test/p?x=1&y=2", "http://a.weblm.test/q", "http://b.weblm.test/p?x=1&y=2",
-            "http://xn--bcher-kva.example/", "not a url"]
+            "http://xn--bcher-kva.example/", "not a url", "http://Müller.example/a"]
     df = spark.createDataFrame([(i, u, host_of(u)) for i, u in enumerate(rows)], "i int, url string, host string")
-    asked = ["HTTP://A.weblm.test:80/p?y=2&x=1#s", "http://bücher.example", "not a url", "http://c.weblm.test/"]
+    asked = ["HTTP://A.weblm.test:80/p?y=2&x=1#s", "http://bücher.example", "not a url", "http://c.weblm.test/",
+             "http://xn--mller-kva.example/a"]   # an IDN the crawl wrote in Unicode, asked in punycode
     found = _spelled(df, {u: same_url(u) for u in asked}, driver_urls=driver_urls)
     assert sorted((r["i"], r["asked"]) for r in found.select("i", "asked").collect()) == [
-        (0, asked[0]), (3, asked[1]), (4, asked[2])]
+        (0, asked[0]), (3, asked[1]), (4, asked[2]), (5, asked[4])]
