@@ -229,6 +229,7 @@ def render(story: dict) -> str:
                         "queue: off-site, too deep, over the host's budget; or never linked)" if n else
                         "the crawl never fetched a page of it (not a seed, not linked, or off-site), or its WARC "
                         "files are not ingested yet"))
+        lines.append("            the crawl's frontier says which: python -m spider.lookup URL")
     for doc in story["documents"]:
         lines.append(f"  ingest    doc {doc['doc_id']}: HTTP {doc['status']}, fetched {_when(doc['fetch_time'])}"
                      f"  [{doc['warc_file']} @ {doc['warc_offset']}]" + _as_written(doc))

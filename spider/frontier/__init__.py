@@ -19,5 +19,13 @@ def open_backend(cfg: "CrawlConfig", local_dir: str) -> "FrontierBackend":
         from spider.frontier.redis_backend import RedisFrontier
         return RedisFrontier(f.url, f.namespace, f.partitions, bloom)
     from spider.frontier.embedded import SqliteFrontier
-    path = f.url[len("sqlite:///") - 1:] if f.url.startswith("sqlite:///") else str(Path(local_dir) / "frontier" / "frontier.db")
-    return SqliteFrontier(path, BloomLayout(f.bloom_capacity, f.bloom_fp_rate))
+    return SqliteFrontier(frontier_file(cfg, local_dir), BloomLayout(f.bloom_capacity, f.bloom_fp_rate))
+
+
+def frontier_file(cfg: "CrawlConfig", local_dir: str) -> str:
+    """The embedded frontier's SQLite file: `frontier.url`'s sqlite:///PATH, else frontier/frontier.db under
+    `local_dir` (paths.local)."""
+    f = cfg.frontier
+    if f.url.startswith("sqlite:///"):
+        return f.url[len("sqlite:///") - 1:]
+    return str(Path(local_dir) / "frontier" / "frontier.db")

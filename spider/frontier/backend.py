@@ -92,6 +92,20 @@ class DigestSeen:
     record_id: str     # its WARC-Record-ID
 
 
+@dataclass(frozen=True)
+class UrlPlace:
+    """Where one URL stands in the frontier (`FrontierBackend.where`), for `python -m spider.lookup`."""
+    state: str | None           # queued, leased, held (fetched, its WARC record not yet durable), due (a recrawl);
+    #                             None: no entry (never admitted, or done: fetched or refused, and no recrawl due)
+    until: float | None = None  # leased or held: when that ends; due: when it is queued again
+    owner: str | None = None    # the worker whose lease or hold it is
+    ahead: int | None = None    # queued: URLs of its host queued before it
+    seen: bool = False          # the URL Bloom filter holds it: admitted once (or a false positive, at its FP rate)
+    in_scope: bool = False      # its host is in the crawl's scope (links may be followed into it)
+    host_next: float | None = None  # its host's next allowed fetch, while the host has URLs queued and none in flight
+    host_busy: bool = False     # a fetch of its host is in flight
+
+
 class Unapplied(Exception):
     """`FrontierBackend.apply` or `step` failed: the first `done` operations are applied, and the URLs when
     `outcomes` (`add`'s answer for them) is not None; the cause is chained."""
@@ -219,6 +233,10 @@ class FrontierBackend(ABC):
     @abstractmethod
     def scope(self) -> set[str]:
         """Every host added to the scope so far."""
+
+    @abstractmethod
+    def where(self, url: NewUrl) -> UrlPlace:
+        """Where `url` (its id, host and Bloom hashes) stands, read only."""
 
     # --- politeness and robots.txt, cluster-wide -------------------------------------------------------
     @abstractmethod

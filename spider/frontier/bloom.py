@@ -140,6 +140,13 @@ class BloomLayout:
         raise OverflowError(f"the URL Bloom filter is full ({total} URLs in {MAX_STAGES} stages); "
                             f"raise frontier.bloom_capacity")
 
+    def stages_written(self, admitted: int) -> int:
+        """How many stages hold bits once `admitted` URLs are in the filter (a lookup tests each of them)."""
+        try:
+            return self.stage_for(admitted) + 1
+        except OverflowError:
+            return len(self.stages)
+
     @property
     def key(self) -> str:
         """Everything that places a URL's bits: stored with a filter, which refuses to run under another layout."""

@@ -18,7 +18,8 @@ import threading
 from contextlib import contextmanager
 from pathlib import Path
 
-from spider.frontier.backend import DigestSeen, FrontierBackend, HostState, Leased, NewUrl, RobotsRecord, new_owner
+from spider.frontier.backend import (DigestSeen, FrontierBackend, HostState, Leased, NewUrl, RobotsRecord, UrlPlace,
+                                     new_owner)
 from spider.frontier.bloom import BloomLayout
 
 logger = logging.getLogger(__name__)
@@ -370,6 +371,27 @@ class SqliteFrontier(FrontierBackend):
                 cur = db.executemany(f"UPDATE urls SET state = 'due', until = :at, owner = NULL WHERE id = :id "
                                      f"AND state IN ('leased', 'held') {whose}", rows)
             return cur.rowcount
+
+    def where(self, url: NewUrl) -> UrlPlace:
+        with self._transaction(write=False) as db:
+            row = db.execute("SELECT state, until, owner, priority, seq FROM urls WHERE id = ?", (url.id,)).fetchone()
+            ahead = None
+            if row and row[0] == "queued":  # the lease order: priority, then admission
+                ahead, = db.execute("SELECT count(*) FROM urls WHERE host = ? AND state = 'queued' AND "
+                                    "(priority > ? OR (priority = ? AND seq < ?))",
+                                    (url.host, row[3], row[3], row[4])).fetchone()
+            blocks = _Blocks(db, self.bloom)
+            try:
+                seen = blocks.has(url.bloom, self.bloom.stages_written(self._meta(db, "admitted")))
+            finally:
+                blocks.close()
+            in_scope = db.execute("SELECT 1 FROM scope WHERE host = ?", (url.host,)).fetchone() is not None
+            host = db.execute("SELECT state, at FROM hosts WHERE host = ?", (url.host,)).fetchone()
+        state, until, owner = row[:3] if row else (None, None, None)
+        owner = owner if state in ("leased", "held") else None
+        return UrlPlace(state, until, owner, ahead, seen, in_scope,
+                        host_next=host[1] if host and host[0] == "queued" else None,
+                        host_busy=bool(host and host[0] == "busy"))
 
     # --- politeness and robots.txt ---------------------------------------------------------------------
     def host_state(self, host: str) -> HostState:

@@ -37,7 +37,7 @@ from redis.cluster import RedisCluster
 from redis.exceptions import NoScriptError
 
 from spider.frontier.backend import (DigestSeen, FrontierBackend, HostState, Leased, NewUrl, RobotsRecord, Unapplied,
-                                     new_owner)
+                                     UrlPlace, new_owner)
 from spider.frontier.bloom import BloomLayout
 from spider.frontier.canonical import jump_hash
 
@@ -358,6 +358,38 @@ class RedisFrontier(FrontierBackend):
         for p in range(self.partitions):
             pipe.smembers(self.prefix(p) + "scope")
         return {h.decode() for members in pipe.execute() for h in members}
+
+    def where(self, url: NewUrl) -> UrlPlace:
+        """One round trip: the URL's entry and timers, its host's queue, scope and timers, and its Bloom bits in
+        every stage written (GETBIT each: a lookup, not the hot path that add.lua's line reads serve)."""
+        P, host = self.prefix(self.partition(url.host)), url.host
+        admitted = int(self.client.hget(P + "bm", "admitted") or 0)
+        stages = [(s, *self.bloom.stages[s].positions(url.bloom)) for s in range(self.bloom.stages_written(admitted))]
+        pipe = self.client.pipeline(transaction=False)
+        pipe.hexists(P + "e", url.id)
+        for timers in ("lease", "held", "due"):
+            pipe.zscore(P + timers, url.id)
+        pipe.hget(P + "own", url.id)
+        pipe.zscore(P + f"q:{host}", url.id)
+        pipe.sismember(P + "scope", host)
+        pipe.zscore(P + "ready", host)
+        pipe.zscore(P + "busy", host)
+        for s, block, bits in stages:
+            for bit in bits:
+                pipe.getbit(P + f"bf:{s}:{block}", bit)
+        entry, lease, held, due, owner, score, in_scope, ready, busy, *bits = pipe.execute()
+        ahead = None
+        if score is not None:  # the lease order: the queue's score (priority, then admission)
+            ahead = self.client.zcount(P + f"q:{host}", "-inf", f"({score}")
+        state, until = next(((name, at / 1000) for name, at in (("leased", lease), ("held", held), ("due", due))
+                             if at is not None), ("queued" if score is not None else None, None))
+        at, seen = 0, False
+        for _, _, positions in stages:
+            seen = seen or all(bits[at:at + len(positions)])
+            at += len(positions)
+        return UrlPlace(state if entry else None, until, owner.decode() if owner and state in ("leased", "held") else None,
+                        ahead, seen, bool(in_scope), host_next=ready / 1000 if ready is not None else None,
+                        host_busy=busy is not None)
 
     # --- politeness, robots.txt, digests -------------------------------------------------------------
     def host_state(self, host: str) -> HostState:

@@ -261,6 +261,7 @@ def test_pages_the_crawler_cut_and_urls_it_did_not_fetch_are_shown_under_ingest(
                          "host_captures": 1}
     assert "its host has 0 captures in bronze.pages: the crawl never fetched a page of it" in render(capital)
     assert "its host has 1 capture in bronze.pages: the crawl reached the host, not this URL" in render(elsewhere)
+    assert "the crawl's frontier says which: python -m spider.lookup URL" in render(elsewhere)
 
 
 def test_one_url_however_spelled_has_one_canonical_form():

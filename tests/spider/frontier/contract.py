@@ -13,7 +13,7 @@ from dataclasses import replace
 
 import pytest
 
-from spider.frontier.backend import DigestSeen, FrontierBackend, HostState, NewUrl, RobotsRecord, Unapplied
+from spider.frontier.backend import DigestSeen, FrontierBackend, HostState, NewUrl, RobotsRecord, Unapplied, UrlPlace
 from spider.frontier.bloom import BloomLayout, url_hashes
 from spider.frontier.canonical import Canonicalizer
 
@@ -352,6 +352,35 @@ class FrontierContract:
         assert fb.lease(1, T0 + 999, 30) == []
         assert urls_of(fb.lease(1, T0 + 1000, 30)) == ["http://a.test/1"]
         assert fb.add([url("http://a.test/1")], T0 + 1001, 0) == ["seen"]
+
+    # --- looking a URL up (python -m spider.lookup) ------------------------------------------------------
+    def test_where_follows_a_url_through_every_state_and_its_place_in_its_hosts_queue(self, fb):
+        fb.scope_add(["a.test"])
+        seed, first, second = url("http://a.test/seed", 5), url("http://a.test/1", -1), url("http://a.test/2", -1)
+        never = url("http://a.test/never")
+        fb.add([first, second, seed, url("http://b.test/1")], T0, 0)
+        assert fb.where(never) == UrlPlace(None, in_scope=True, host_next=T0)
+        places = [fb.where(u) for u in (seed, first, second)]
+        assert [(p.state, p.ahead, p.seen) for p in places] == [("queued", 0, True), ("queued", 1, True),
+                                                                ("queued", 2, True)]
+        assert all(p.in_scope and p.host_next == T0 and not p.host_busy and p.owner is None for p in places)
+        assert not fb.where(url("http://b.test/1")).in_scope      # admitted by a worker that knew it, not in scope
+
+        assert [i.id for i in fb.lease(10, T0, 60) if i.host == "a.test"] == [seed.id]
+        assert fb.where(seed) == UrlPlace("leased", T0 + 60, fb.owner, seen=True, in_scope=True, host_busy=True)
+        assert fb.where(first).ahead == 0 and fb.where(first).host_busy
+        fb.fetched([seed.id], T0 + 100)
+        assert fb.where(seed) == UrlPlace("held", T0 + 100, fb.owner, seen=True, in_scope=True, host_busy=True)
+        fb.release_host("a.test", T0 + 5)
+        assert (fb.where(first).host_next, fb.where(first).host_busy) == (T0 + 5, False)
+        fb.ack([seed.id], T0 + 1000, T0 + 6)
+        assert fb.where(seed) == UrlPlace("due", T0 + 1000, None, seen=True, in_scope=True, host_next=T0 + 5)
+
+        (item,) = [i for i in fb.lease(10, T0 + 5, 60) if i.host == "a.test"]
+        assert item.id == first.id
+        fb.ack([item.id], None, T0 + 6)                            # fetched, no recrawl: done
+        assert fb.where(first) == UrlPlace(None, seen=True, in_scope=True, host_busy=True)
+        assert fb.where(second).ahead == 0
 
     # --- robots.txt and digests ---------------------------------------------------------------------
     def test_robots_records_are_shared(self, fb):
