@@ -51,7 +51,11 @@ class Admission:
 
     def reason(self, url: str, depth: int) -> str | None:
         """None when `url` may enter the frontier, else why not (a stats key)."""
-        parts = urlsplit(url)
+        try:
+            parts = urlsplit(url)
+            _ = parts.port  # its ValueError: a port out of range or not a number
+        except ValueError:  # an unclosed IPv6 bracket, a port that is not one: no canonical form, never fetchable
+            return "malformed"
         if parts.scheme not in ("http", "https"):
             return "scheme"
         host = (parts.hostname or "").lower()

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 from fnmatch import fnmatchcase
-from urllib.parse import parse_qsl, urlsplit
+from urllib.parse import parse_qsl, urlsplit, urlunsplit
 
 from w3lib.url import canonicalize_url, url_query_cleaner
 
@@ -35,11 +35,25 @@ class Canonicalizer:
         return url_query_cleaner(url, sorted(names), remove=True, unique=False, keep_fragments=False)
 
     def key(self, url: str) -> bytes:
-        """The 16-byte fingerprint of a (stripped) URL's canonical form."""
-        return fingerprint(canonicalize_url(url))
+        """The 16-byte fingerprint of a (stripped) URL's canonical form, its scheme's default port left out (w3lib
+        keeps `:80`: `http://a.test:80/x` would be fetched beside `http://a.test/x`)."""
+        return fingerprint(canonicalize_url(without_default_port(url)))
 
     def id(self, url: str) -> str:
         return self.key(self.strip(url)).hex()
+
+
+DEFAULT_PORTS = {"http": 80, "https": 443}
+
+
+def without_default_port(url: str) -> str:
+    """`url` without `:80` (http) or `:443` (https); any other URL as it is."""
+    parts = urlsplit(url)
+    try:
+        default = parts.port is not None and parts.port == DEFAULT_PORTS.get(parts.scheme.lower())
+    except ValueError:  # not a port: the URL as it is
+        return url
+    return urlunsplit(parts._replace(netloc=parts.netloc.rsplit(":", 1)[0])) if default else url
 
 
 def jump_hash(key: int, buckets: int) -> int:

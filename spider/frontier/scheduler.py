@@ -47,7 +47,7 @@ from spider.frontier.admission import Admission
 from spider.frontier.backend import FrontierBackend, HostState, Leased, NewUrl, RobotsRecord, Unapplied
 from spider.frontier import open_backend
 from spider.frontier.bloom import url_hashes
-from spider.frontier.canonical import Canonicalizer
+from spider.frontier.canonical import Canonicalizer, without_default_port
 from spider.frontier import recrawl
 from spider.frontier.politeness import after_fetch, politeness_key, with_crawl_delay
 from spider.frontier.outcome import fetch_failed, fetch_finished
@@ -839,8 +839,9 @@ def payload_of(url: str, meta: dict) -> str:
 
 
 def robots_key(url: str) -> str:
-    """What one robots.txt covers: the URL's host and port (RFC 9309 §2.3; http and https share it here)."""
-    return (urlsplit(url).netloc or "").lower()
+    """What one robots.txt covers: the URL's host and port (RFC 9309 §2.3; http and https share it here), without
+    credentials or a default port (`http://a.test:80/` is `http://a.test/`: its robots.txt is not asked twice)."""
+    return urlsplit(without_default_port(url)).netloc.rpartition("@")[2].lower()
 
 
 def _reactor():

@@ -24,6 +24,19 @@ def test_session_and_tracking_parameters_collapse_copies_into_one_url():
     assert c.id("http://a.test/p?id=4") not in ids  # a real parameter still counts
 
 
+def test_a_default_port_makes_no_other_url_and_another_port_does():
+    c = Canonicalizer([])
+    assert c.id("http://a.test:80/p") == c.id("http://a.test/p") == c.id("HTTP://A.test:80/p#x")
+    assert c.id("https://a.test:443/p") == c.id("https://a.test/p") != c.id("http://a.test/p")
+    assert c.id("http://[::1]:80/p") == c.id("http://[::1]/p") and c.id("http://u:p@a.test:80/") == c.id(
+        "http://u:p@a.test/")
+    assert len({c.id("http://a.test:8080/p"), c.id("http://a.test:443/p"), c.id("https://a.test:80/p"),
+                c.id("http://a.test/p")}) == 4
+    admission = Admission(CFG, {"a.test"})
+    assert [admission.reason(u, 0) for u in ("http://a.test:99999/p", "http://a.test:abc/p", "http://[::1/p",
+                                             "http://a.test:80/p")] == ["malformed", "malformed", "malformed", None]
+
+
 def test_jump_hash_is_consistent_when_partitions_grow():
     keys = range(2000)
     before = [jump_hash(k, 16) for k in keys]
