@@ -38,9 +38,14 @@ from spider.frontier.scheduler import robots_key
 def lookup(backend, cfg, url: str) -> dict:
     """One URL's place in `backend`, as a dict (the JSON `--json` prints)."""
     canon = Canonicalizer(cfg.frontier.strip_params)
-    stripped = canon.strip(url.strip())
-    key = canon.key(stripped)
-    host = politeness_key(stripped, cfg.frontier.politeness_key)
+    try:
+        stripped = canon.strip(url.strip())
+        if Admission(cfg, set()).reason(stripped, 0) == "malformed":
+            raise ValueError("its host or port is not one")
+        key = canon.key(stripped)
+        host = politeness_key(stripped, cfg.frontier.politeness_key)
+    except ValueError as exc:  # no canonical form: the crawl can neither queue nor fetch it
+        return {"url": url, "error": f"not a URL the crawl can fetch ({exc})"}
     place = backend.where(NewUrl(key.hex(), host, stripped, 0, "", url_hashes(key)))
     state = backend.host_state(host)
     out = {"url": url, "fetched_as": stripped, "id": key.hex(), "host": host, **asdict(place),
@@ -73,6 +78,8 @@ def refusals(backend, cfg, url: str, place, admitted: int) -> list[str]:
 
 def render(found: dict) -> str:
     lines = [found["url"]]
+    if "error" in found:
+        return "\n".join([*lines, f"  {found['error']}"])
     if found["fetched_as"] != found["url"]:
         lines.append(f"  fetched as {found['fetched_as']}")
     state = found["state"]

@@ -360,8 +360,9 @@ class RedisFrontier(FrontierBackend):
         return {h.decode() for members in pipe.execute() for h in members}
 
     def where(self, url: NewUrl) -> UrlPlace:
-        """One round trip: the URL's entry and timers, its host's queue, scope and timers, and its Bloom bits in
-        every stage written (GETBIT each: a lookup, not the hot path that add.lua's line reads serve)."""
+        """Three round trips at most: the partition's admitted count (which Bloom stages hold bits); the URL's entry
+        and timers, its host's queue, scope and timers, and its Bloom bits in every stage written (GETBIT each: a
+        lookup, not the hot path that add.lua's line reads serve); and, when it is queued, the URLs before it."""
         P, host = self.prefix(self.partition(url.host)), url.host
         admitted = int(self.client.hget(P + "bm", "admitted") or 0)
         stages = [(s, *self.bloom.stages[s].positions(url.bloom)) for s in range(self.bloom.stages_written(admitted))]
@@ -387,9 +388,9 @@ class RedisFrontier(FrontierBackend):
         for _, _, positions in stages:
             seen = seen or all(bits[at:at + len(positions)])
             at += len(positions)
-        return UrlPlace(state if entry else None, until, owner.decode() if owner and state in ("leased", "held") else None,
-                        ahead, seen, bool(in_scope), host_next=ready / 1000 if ready is not None else None,
-                        host_busy=busy is not None)
+        holder = owner.decode() if owner and state in ("leased", "held") else None
+        return UrlPlace(state if entry else None, until, holder, ahead, seen, bool(in_scope),
+                        host_next=ready / 1000 if ready is not None else None, host_busy=busy is not None)
 
     # --- politeness, robots.txt, digests -------------------------------------------------------------
     def host_state(self, host: str) -> HostState:

@@ -69,10 +69,12 @@ def test_each_url_is_found_however_spelled_and_a_refused_one_says_why(frontier_u
     assert "admission: scheme" in ftp["refused_by"]
     assert unlinked["refused_by"] == [] and not unlinked["seen"] and unlinked["state"] is None
 
-    assert main(["-o", f"frontier.url={frontier_url}", asked[0], asked[6]]) == 0
+    malformed = ["http://[::1/x", "http://a.weblm.test:99999/"]
+    assert main(["-o", f"frontier.url={frontier_url}", asked[0], asked[6], *malformed]) == 0
     text = capsys.readouterr().out
     assert "queued, 0 URL(s) of a.weblm.test before it" in text and "a fetch in flight" in text
     assert "nothing here refuses it" in text
+    assert text.count("not a URL the crawl can fetch") == 2
 
 
 def test_no_frontier_is_said_and_none_is_made(tmp_path, capsys):
