@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import re
 from fnmatch import fnmatchcase
-from urllib.parse import parse_qsl, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, urlsplit
 
+from scrapy.utils.url import strip_url
 from w3lib.url import canonicalize_url, url_query_cleaner
 
 from spider.frontier.bloom import fingerprint
@@ -43,17 +44,13 @@ class Canonicalizer:
         return self.key(self.strip(url)).hex()
 
 
-DEFAULT_PORTS = {"http": 80, "https": 443}
-
-
 def without_default_port(url: str) -> str:
-    """`url` without `:80` (http) or `:443` (https); any other URL as it is."""
-    parts = urlsplit(url)
+    """`url` without `:80` (http) or `:443` (https), by Scrapy's `strip_url`; a URL whose port is not one, as it is."""
     try:
-        default = parts.port is not None and parts.port == DEFAULT_PORTS.get(parts.scheme.lower())
-    except ValueError:  # not a port: the URL as it is
+        return strip_url(url, strip_credentials=False, strip_default_port=True, origin_only=False,
+                         strip_fragment=False)
+    except ValueError:
         return url
-    return urlunsplit(parts._replace(netloc=parts.netloc.rsplit(":", 1)[0])) if default else url
 
 
 def jump_hash(key: int, buckets: int) -> int:
