@@ -1,4 +1,4 @@
-"""`python -m spider.lookup URL [URL ...] [--json] [-o key=value ...]`: where each URL stands in the crawl's frontier.
+"""`python -m spider.lookup URL [URL ...] [--urls FILE] [--json] [-o key=value ...]`: where URLs stand in the frontier.
 
 The frontier conf/crawl.yaml names (`-o frontier.url=redis://...` for a cluster's; the embedded one by default), read
 only, while a crawl runs or after it stopped.  Each URL is put in the form the scheduler gives it (its session and
@@ -22,6 +22,7 @@ from dataclasses import asdict
 from datetime import datetime, timezone
 from pathlib import Path
 
+import storage
 from conf import ConfigError, split_paths_overrides
 from conf.paths import load_paths
 from spider.config import load_crawl_config
@@ -118,7 +119,8 @@ def _when(t: float | None) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m spider.lookup", description=__doc__.splitlines()[0])
-    parser.add_argument("urls", nargs="+", metavar="URL")
+    parser.add_argument("urls", nargs="*", metavar="URL")
+    parser.add_argument("--urls", dest="url_file", help="a file of URLs, one per line (# comments); local or a URI")
     parser.add_argument("--json", action="store_true", help="one JSON object per URL, a line each")
     parser.add_argument("-o", "--override", action="append", default=[], metavar="KEY=VALUE",
                         help="override a conf/crawl.yaml setting (frontier.url=redis://...); paths.KEY=VALUE "
@@ -127,7 +129,12 @@ def main(argv: list[str] | None = None) -> int:
     try:
         crawl_overrides, path_overrides = split_paths_overrides(args.override)
         paths, cfg = load_paths(path_overrides), load_crawl_config(crawl_overrides)
-    except (ConfigError, ValueError) as exc:
+        if args.url_file:
+            args.urls += [line.strip() for line in storage.read_text(args.url_file).splitlines()
+                          if line.strip() and not line.lstrip().startswith("#")]
+        if not args.urls:
+            raise ValueError("name at least one URL (or --urls FILE)")
+    except (ConfigError, ValueError, OSError) as exc:
         print(f"spider.lookup: {exc}", file=sys.stderr)
         return 2
     if cfg.frontier.url.startswith(("redis://", "rediss://", "redis+cluster://")):

@@ -70,7 +70,9 @@ def test_each_url_is_found_however_spelled_and_a_refused_one_says_why(frontier_u
     assert unlinked["refused_by"] == [] and not unlinked["seen"] and unlinked["state"] is None
 
     malformed = ["http://[::1/x", "http://a.weblm.test:99999/"]
-    assert main(["-o", f"frontier.url={frontier_url}", asked[0], asked[6], *malformed]) == 0
+    listed = tmp_path / "urls.txt"
+    listed.write_text("# asked by file\n" + "\n".join(malformed) + "\n")
+    assert main(["-o", f"frontier.url={frontier_url}", asked[0], asked[6], "--urls", str(listed)]) == 0
     text = capsys.readouterr().out
     assert "queued, 0 URL(s) of a.weblm.test before it" in text and "a fetch in flight" in text
     assert "nothing here refuses it" in text
@@ -78,6 +80,8 @@ def test_each_url_is_found_however_spelled_and_a_refused_one_says_why(frontier_u
 
 
 def test_no_frontier_is_said_and_none_is_made(tmp_path, capsys):
+    assert main(["-o", f"frontier.url=sqlite:///{tmp_path / 'f.db'}"]) == 2
+    assert "name at least one URL (or --urls FILE)" in capsys.readouterr().err
     missing = tmp_path / "none" / "frontier.db"
     assert main(["-o", f"frontier.url=sqlite:///{missing}", "http://a.weblm.test/"]) == 1
     err = capsys.readouterr().err
