@@ -99,7 +99,8 @@ def render_summary(summary: dict[str, Any]) -> str:
             lines.append(f"  {job} skipped {skipped}")
     unfetched = (summary["jobs"].get("ingest") or {}).get("unfetched_by_reason") or {}
     lines.append(f"unfetched {sum(unfetched.values())} records of URLs the crawl did not fetch {unfetched} "
-                 "(bronze.unfetched); what became of any URL: python -m jobs.fate URL")
+                 "(bronze.unfetched); what became of any URL: python -m jobs.fate URL (the lake), "
+                 "python -m spider.lookup URL (the crawl's frontier)")
     lines += [f"shards    {shards['count']} shards, {shards['documents']} documents, {shards['tokens']} tokens "
               f"(vocab {shards['vocab_size']}, tokenizer {str(shards['tokenizer_sha256'])[:12]})",
               f"train     {train['steps']} steps, loss {_f(train['first_loss'])} -> {_f(train['last_loss'])}, "
