@@ -53,8 +53,9 @@ def test_a_crawl_records_each_url_it_did_not_fetch_and_why_and_ingest_reads_them
     assert run.returncode == 0, run.log[-3000:]
     fetched = {path for _, h, path in server.arrivals if h != "mute.weblm.test"}
     assert "/private/a" not in fetched and "/public/b" in fetched
-    # tried, then retried once (Twisted's pool may also resend once over a reused connection: 2 or 4 arrivals)
-    assert [path for _, h, path in server.arrivals if h == "mute.weblm.test"].count("/") in (2, 4)
+    # tried, then retried once; Twisted's pool resends a request once when a reused connection drops it, which each
+    # of the two tries may meet or not (a fresh connection): 2, 3 or 4 arrivals (3 seen in CI)
+    assert [path for _, h, path in server.arrivals if h == "mute.weblm.test"].count("/") in (2, 3, 4)
     lone = [r for path in run.warc_files for r in read_warc(path)
             if r["type"] == "metadata" and not r["headers"].get_header("WARC-Concurrent-To")]
     said = {r["headers"].get_header("WARC-Target-URI"): r["raw"].decode() for r in lone}
