@@ -49,7 +49,7 @@ def lookup(backend, cfg, url: str) -> dict:
         return {"url": url, "error": f"not a URL the crawl can fetch ({exc})"}
     place = backend.where(NewUrl(key.hex(), host, stripped, 0, "", url_hashes(key)))
     state = backend.host_state(host)
-    out = {"url": url, "fetched_as": stripped, "id": key.hex(), "host": host, **asdict(place),
+    out = {"url": url, "canonical": canon.canonical(stripped), "id": key.hex(), "host": host, **asdict(place),
            "host_state": asdict(state),  # delay_s < 0: not set yet, download_delay_s applies
            "delay_s": state.delay_s if state.delay_s >= 0 else cfg.download_delay_s}
     if place.state is None and not place.seen:
@@ -81,8 +81,8 @@ def render(found: dict) -> str:
     lines = [found["url"]]
     if "error" in found:
         return "\n".join([*lines, f"  {found['error']}"])
-    if found["fetched_as"] != found["url"]:
-        lines.append(f"  fetched as {found['fetched_as']}")
+    if found["canonical"] != found["url"]:
+        lines.append(f"  in the frontier's form: {found['canonical']}")
     state = found["state"]
     if state == "queued":
         lines.append(f"  queued, {found['ahead']} URL(s) of {found['host']} before it")

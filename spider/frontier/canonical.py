@@ -35,10 +35,14 @@ class Canonicalizer:
             return url
         return url_query_cleaner(url, sorted(names), remove=True, unique=False, keep_fragments=False)
 
+    def canonical(self, url: str) -> str:
+        """A (stripped) URL's canonical form, its scheme's default port left out (w3lib keeps `:80`:
+        `http://a.test:80/x` would be fetched beside `http://a.test/x`)."""
+        return canonicalize_url(without_default_port(url))
+
     def key(self, url: str) -> bytes:
-        """The 16-byte fingerprint of a (stripped) URL's canonical form, its scheme's default port left out (w3lib
-        keeps `:80`: `http://a.test:80/x` would be fetched beside `http://a.test/x`)."""
-        return fingerprint(canonicalize_url(without_default_port(url)))
+        """The 16-byte fingerprint of a (stripped) URL's canonical form."""
+        return fingerprint(self.canonical(url))
 
     def id(self, url: str) -> str:
         return self.key(self.strip(url)).hex()

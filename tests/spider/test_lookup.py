@@ -57,7 +57,7 @@ def test_each_url_is_found_however_spelled_and_a_refused_one_says_why(frontier_u
              "ftp://a.weblm.test/file", "http://a.weblm.test/unlinked"]
     found = looked_up(capsys, frontier_url, *asked)
     page, seed, private, offsite, over, ftp, unlinked = (found[u] for u in asked)
-    assert page["fetched_as"] == "HTTP://A.weblm.test/page?y=2&x=1"      # the tracking parameter dropped
+    assert page["canonical"] == "http://a.weblm.test/page?x=1&y=2"      # the tracking parameter dropped
     assert (page["state"], page["ahead"], page["host_busy"], page["seen"]) == ("queued", 0, True, True)
     assert seed["state"] == "leased" and seed["owner"] and seed["until"] == pytest.approx(now + 600, abs=0.01)
     assert leased.id == seed["id"]
