@@ -73,6 +73,14 @@ same folds and consumed labels.  The labels' ceiling is 0.991 / 0.923 (forums on
 posts differently), but the model gives 0.946 / 0.728 at 0.5 and at best 0.736 at 0.4, and the rule's own words
 marked on these lines (its trigram share >= 0.5) 0.938 / 0.726: the line boundaries, not only the features, cost
 0.05 on mixed pages.  No-go.
+
+A sequence model's cheap form, stacked sequential learning (2026-12-05, a scratch run, not kept): the text + DOM +
+"the rule keeps it" model's out-of-fold P per line (stage 1), then a second model over the same features plus the
+stage-1 P of the lines 1, 2, 3 and 5 before and after, the mean P over windows of 3 and 10 lines either side, and
+the page's mean P and kept share, cross-validated on the same 5 domain folds.  Articles / mixed at 0.5: stage 1
+0.954 / 0.761, stage 2 0.953 / 0.748 (listings 0.671 -> 0.623, service 0.852 -> 0.833); the rule 0.947 / 0.778.
+The neighbours' P makes item grids no likelier to be kept whole: it spreads the stage-1 drops to their neighbours.
+No-go.
 """
 from __future__ import annotations
 
