@@ -8,12 +8,12 @@ goes through `page_extractor`, as each bronze row does in `jobs.extract`: the sa
 extractor, sandbox and `conf/jobs.yaml` settings.
 OUT gets one line `{"id": ..., "text": ...}` per file, id = the file name without `.html`/`.html.gz`,
 text "" when the page is dropped.  A file that cannot be read or a page that cannot be extracted is
-counted and reported on stderr, never a failed run.  `bench/extraction_quality.py` scores the output.
+counted and reported on stderr, never a failed run; a `.gz` file cut short is read as far as it inflates
+(counted and reported too).  `bench/extraction_quality.py` scores the output.
 """
 from __future__ import annotations
 
 import argparse
-import gzip
 import json
 import logging
 import os
@@ -44,6 +44,7 @@ class RunStats:
     decoded_by: Counter = field(default_factory=Counter)   # bom | header | meta | utf-8 | detected | fallback
     replacement_chars: int = 0                             # U+FFFD put in by the counted fallback decode
     duplicate_ids: int = 0
+    truncated_files: int = 0                               # .gz files cut short: the part that inflates is read
     seconds: float = 0.0                                   # reading and extracting, not the sandbox's start
     cpu_seconds: float = 0.0                               # the same on the CPU: this process and the sandbox child
 
@@ -73,14 +74,34 @@ def page_id(path: Path) -> str:
     return next(path.name[:-len(s)] for s in SUFFIXES if path.name.endswith(s))
 
 
-def read_page(path: Path, max_bytes: int) -> bytes:
-    """The page's bytes, at most `max_bytes + 1` of them: enough for the job's size check to say too_large
-    without inflating a gzip bomb."""
-    if path.name.endswith(".gz"):
-        with gzip.open(path, "rb") as f:
-            return f.read(max_bytes + 1)
+def read_page(path: Path, max_bytes: int) -> tuple[bytes, bool]:
+    """The page's bytes, at most `max_bytes + 1` of them (enough for the job's size check to say too_large
+    without inflating a gzip bomb), and whether a gzip file ended before its end-of-stream marker: then the
+    bytes are what its complete part inflates to.  A file that is not gzip, or cut before any of the page, raises
+    (zlib.error, EOFError, OSError)."""
+    if not path.name.endswith(".gz"):
+        with open(path, "rb") as f:
+            return f.read(max_bytes + 1), False
+    # zlib, not gzip.open: GzipFile raises EOFError at a cut and drops what it had inflated of its last block
+    out, limit = bytearray(), max_bytes + 1
+    inflate, pending, started, members = zlib.decompressobj(wbits=31), b"", False, 0
     with open(path, "rb") as f:
-        return f.read(max_bytes + 1)
+        while len(out) < limit:
+            pending = pending or f.read(1 << 16)
+            if not pending:   # no more input: a stream left open was cut short
+                if started and not out:
+                    raise EOFError("the gzip stream ends before any of the page")
+                return bytes(out), started
+            if members and not started:   # after a member, gzip allows another one or zero padding
+                pending = pending.lstrip(b"\0")
+                if not pending:
+                    continue
+            out += inflate.decompress(pending, limit - len(out))
+            started, pending = True, inflate.unconsumed_tail
+            if inflate.eof:
+                pending, started, members = inflate.unused_data, False, members + 1
+                inflate = zlib.decompressobj(wbits=31)
+    return bytes(out[:limit]), False
 
 
 def read_url(path: Path) -> str | None:
@@ -107,11 +128,15 @@ def extract_files(root: Path, out: Path, cfg: ExtractSettings, extractor: str = 
             stats.duplicate_ids += doc_id in seen
             seen.add(doc_id)
             try:
-                html = read_page(path, cfg.max_html_bytes)
-            except (OSError, EOFError, zlib.error) as exc:  # gzip.BadGzipFile is an OSError
+                html, cut = read_page(path, cfg.max_html_bytes)
+            except (OSError, EOFError, zlib.error) as exc:
                 log.warning("%s: unreadable (%s: %s): written with empty text", path, type(exc).__name__, exc)
                 result = "unreadable_file"
             else:
+                if cut:
+                    stats.truncated_files += 1
+                    log.warning("%s: the gzip stream is cut short: extracted from the %d bytes it inflates to",
+                                path, len(html))
                 result = extract(html, 200, "text/html", None, read_url(path) or declared_url(html))
             if isinstance(result, Extracted):
                 stats.kept += 1
@@ -142,6 +167,8 @@ def report(stats: RunStats, out: Path) -> str:
              f"{stats.docs_per_cpu_s:.1f} per CPU-second); kept {stats.kept}, dropped {stats.files - stats.kept}",
              f"  dropped by reason: {dropped}",
              f"  decoded by: {decoded}; replacement characters from undecodable bytes: {stats.replacement_chars}"]
+    if stats.truncated_files:
+        lines.append(f"  {stats.truncated_files} gzip files were cut short: read as far as they inflate")
     if stats.duplicate_ids:
         lines.append(f"  {stats.duplicate_ids} files share an id with an earlier file (same name in another folder)")
     return "\n".join(lines)

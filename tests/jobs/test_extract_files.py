@@ -104,6 +104,30 @@ def test_bad_input_gives_a_line_and_a_count_never_a_crash(tmp_path):
     assert all(rows[name] == "" for name in ("random", "deep", "huge", "broken", "empty", "moved"))
 
 
+def test_a_gzip_file_cut_short_gives_the_text_of_its_complete_part(tmp_path, caplog):
+    root = tmp_path / "cut"
+    root.mkdir()
+    paragraphs = [f"Paragraph {i}: the heron waits in the shallows, still as a post, for the fish to come. " * 3
+                  for i in range(400)]
+    html = ("<html><body><article>" + "".join(f"<p>{p}</p>" for p in paragraphs) + "</article></body></html>").encode()
+    whole = gzip.compress(html)
+    (root / "whole.html.gz").write_bytes(whole)
+    (root / "cut.html.gz").write_bytes(whole[:len(whole) // 2])
+    (root / "stub.html.gz").write_bytes(whole[:12])              # the header and no page
+    (root / "two.html.gz").write_bytes(gzip.compress(html[:5000]) + gzip.compress(html[5000:]) + b"\0" * 512)
+    with caplog.at_level("WARNING"):
+        stats = extract_files(root, tmp_path / "cut.jsonl", dataclasses.replace(CFG, min_chars=1))
+    rows = {row["id"]: row["text"] for row in read_jsonl(tmp_path / "cut.jsonl")}
+    assert stats.truncated_files == 1 and stats.dropped == {"unreadable_file": 1}   # the stub: nothing to read
+    assert rows["two"] == rows["whole"]     # members of one gzip file, then zero padding: the whole page
+    kept = rows["cut"]
+    assert "Paragraph 0:" in kept and "Paragraph 399:" not in kept and kept in rows["whole"]
+    assert len(kept) > len(rows["whole"]) // 4
+    assert rows["stub"] == ""
+    assert "cut.html.gz: the gzip stream is cut short" in caplog.text
+    assert "stub.html.gz: unreadable (EOFError" in caplog.text
+
+
 def test_the_command_reports_its_counts_on_stderr(pages, tmp_path):
     (pages / "random.html").write_bytes(bytes(range(256)) * 40)
     out, stats = tmp_path / "cli.jsonl", tmp_path / "stats.json"
