@@ -168,7 +168,7 @@ def report(stats: RunStats, out: Path) -> str:
              f"  dropped by reason: {dropped}",
              f"  decoded by: {decoded}; replacement characters from undecodable bytes: {stats.replacement_chars}"]
     if stats.truncated_files:
-        lines.append(f"  {stats.truncated_files} gzip files were cut short: read as far as they inflate")
+        lines.append(f"  gzip files cut short, read as far as they inflate: {stats.truncated_files}")
     if stats.duplicate_ids:
         lines.append(f"  {stats.duplicate_ids} files share an id with an earlier file (same name in another folder)")
     return "\n".join(lines)

@@ -12,7 +12,7 @@ import pytest
 
 from conftest import FOOTER, PAGES, article
 from jobs.config import load_jobs_config
-from jobs.text.extract_files import extract_files
+from jobs.text.extract_files import extract_files, report
 from jobs.text.main_text import Extracted, extract_document, head_title, nesting_depth
 
 CFG = load_jobs_config().extract
@@ -117,6 +117,7 @@ def test_a_gzip_file_cut_short_gives_the_text_of_its_complete_part(tmp_path, cap
     (root / "two.html.gz").write_bytes(gzip.compress(html[:5000]) + gzip.compress(html[5000:]) + b"\0" * 512)
     with caplog.at_level("WARNING"):
         stats = extract_files(root, tmp_path / "cut.jsonl", dataclasses.replace(CFG, min_chars=1))
+    assert "gzip files cut short, read as far as they inflate: 1" in report(stats, tmp_path / "cut.jsonl")
     rows = {row["id"]: row["text"] for row in read_jsonl(tmp_path / "cut.jsonl")}
     assert stats.truncated_files == 1 and stats.dropped == {"unreadable_file": 1}   # the stub: nothing to read
     assert rows["two"] == rows["whole"]     # members of one gzip file, then zero padding: the whole page
