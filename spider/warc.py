@@ -19,8 +19,6 @@ so the file still ends with a whole fetch, and the request record stays the last
 """
 from __future__ import annotations
 
-import base64
-import hashlib
 import logging
 import os
 import re
@@ -37,6 +35,7 @@ from urllib.parse import urlsplit
 
 from warcio.statusandheaders import StatusAndHeaders, StatusAndHeadersParser
 from warcio.timeutils import datetime_to_iso_date
+from warcio.utils import Digester
 from warcio.warcwriter import WARCWriter
 
 from spider.frontier.backend import DigestSeen
@@ -124,8 +123,10 @@ def warc_date() -> str:
 
 
 def payload_digest(payload: bytes) -> str:
-    """WARC-Payload-Digest as warcio writes it: `sha1:<base32>`."""
-    return "sha1:" + base64.b32encode(hashlib.sha1(payload).digest()).decode("ascii")
+    """WARC-Payload-Digest as warcio writes it (its own Digester): `sha1:<base32>`."""
+    digest = Digester("sha1")
+    digest.update(payload)
+    return str(digest)
 
 
 @dataclass(frozen=True)

@@ -388,15 +388,12 @@ def move(src: str, dest: str) -> None:
     fs.rm(p)
 
 
-def sha256(path: str, chunk: int = 1 << 20) -> str:
-    """SHA-256 of a file's bytes as stored (local or URI), streamed."""
+def sha256(path: str) -> str:
+    """SHA-256 of a file's bytes as stored (local or URI), streamed by hashlib.file_digest."""
     import hashlib
 
-    digest = hashlib.sha256()
     with open_file(path, "rb") as data:
-        while block := data.read(chunk):
-            digest.update(block)
-    return digest.hexdigest()
+        return hashlib.file_digest(data, "sha256").hexdigest()
 
 
 def remove(path: str, recursive: bool = False) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import ipaddress
 import random
 from dataclasses import replace
+from functools import lru_cache
 from urllib.parse import urlsplit
 
 from spider.config import CrawlConfig
@@ -18,15 +19,22 @@ from spider.frontier.backend import HostState
 def politeness_key(url: str, mode: str) -> str:
     """The key one delay applies to: the hostname (default) or its registered domain.
 
-    `domain` keeps the last two labels, three under a two-letter country code with a short second level
-    (example.co.uk); no public-suffix download is allowed at run time, and this is right for the common cases.
+    `domain`: the label under the public suffix (example.co.uk, bit.ly for docs.bit.ly, city.kawasaki.jp), by the
+    ICANN section of the Public Suffix List that tldextract's wheel carries (never downloaded at run time).  A host
+    under no listed suffix (`.test`, `.internal`, one label) keeps its last two labels.
     """
     host = (urlsplit(url).hostname or "").lower()
     if mode != "domain" or _is_ip(host):
         return host
-    labels = host.split(".")
-    keep = 3 if len(labels) >= 3 and len(labels[-1]) == 2 and len(labels[-2]) <= 3 else 2
-    return ".".join(labels[-keep:])
+    return _public_suffixes()(host).top_domain_under_public_suffix or ".".join(host.split(".")[-2:])
+
+
+@lru_cache(maxsize=1)
+def _public_suffixes():
+    import tldextract  # Scrapy's own dependency (its cookie middleware reads the same list)
+
+    # suffix_list_urls=(): the list bundled in the wheel, no fetch; cache_dir=None: nothing written under ~/.cache
+    return tldextract.TLDExtract(suffix_list_urls=(), cache_dir=None, fallback_to_snapshot=True)
 
 
 def _is_ip(host: str) -> bool:

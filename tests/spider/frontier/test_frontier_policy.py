@@ -103,6 +103,14 @@ def test_politeness_keys():
     assert politeness_key("http://a.b.example.org/a", "domain") == "example.org"
     assert politeness_key("http://www.bbc.co.uk/a", "domain") == "bbc.co.uk"
     assert politeness_key("http://10.0.0.1:8080/a", "domain") == "10.0.0.1"
+    assert politeness_key("http://[2001:db8::1]/a", "domain") == "2001:db8::1"
+    # by the Public Suffix List: a short second level that is no suffix, a three-label suffix, a longer chain
+    assert politeness_key("http://docs.bit.ly/a", "domain") == "bit.ly"
+    assert politeness_key("http://www.city.kawasaki.jp/a", "domain") == "city.kawasaki.jp"
+    assert politeness_key("http://a.b.shop.example.com.au/a", "domain") == "example.com.au"
+    # under no listed suffix (the local web's .test hosts, an intranet name): the last two labels, or the one
+    assert politeness_key("http://news.weblm.test/a", "domain") == "weblm.test"
+    assert politeness_key("http://intranet/a", "domain") == "intranet"
 
 
 def test_robots_records_follow_rfc_9309():
