@@ -62,7 +62,8 @@ def load(section: str, cls: type[T], overrides: Iterable[str] = ()) -> T:
 
 
 def build(cls: type[T], data: Mapping[str, Any], where: str = "") -> T:
-    """Build a (nested) dataclass from a mapping, rejecting unknown keys."""
+    """Build a (nested) dataclass from a mapping, rejecting unknown keys.
+    Hand-written, not pydantic or dacite: every part imports conf (Spark executors too), so it needs PyYAML only."""
     if not dataclasses.is_dataclass(cls):
         raise ConfigError(f"{cls!r} is not a dataclass")
     hints = typing.get_type_hints(cls)

@@ -72,6 +72,7 @@ def cluster_requirements(cfg: PipelineConfig) -> list[str]:
 
 
 def _project(requirement: str) -> str:
+    # by hand, not packaging's Requirement: packaging is no declared dependency (and setup.cfg's names hold no '.')
     return re.split(r"[\s\[<>=!~;]", requirement, maxsplit=1)[0].lower().replace("_", "-")
 
 

@@ -274,7 +274,8 @@ def fetched(file: str, size: int, cfg) -> Iterator[str]:
     the source is unchanged) instead of downloading it again.  A task that finds the folder locked (the same file
     read twice at once: a speculative task) copies into a folder of its own.  Without room for the copy, or when
     it fails past its retries, the file is read where it is (and its passes fail or not, and say so); a failed copy
-    keeps its bytes in its folder, so that the next run goes on from them (the source unchanged) rather than from 0."""
+    keeps its bytes in its folder, so that the next run goes on from them (the source unchanged) rather than from 0.
+    Not fsspec's simplecache: it copies straight to the cached name, so a copy cut by a kill is later read as whole."""
     if not cfg.fetch_remote or not storage.is_uri(file):
         yield file
         return

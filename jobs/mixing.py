@@ -9,6 +9,7 @@ every source at its natural rate.  Export applies the mix once, by deterministic
 of a source at rate r gets floor(r) copies, plus one more when u(seed, doc_id) < r - floor(r), where u
 is a uniform hash in [0, 1).  So the same inputs and seed give the same shards, and a document's fate
 does not depend on which other documents are in the table.
+Not DataFrame.sampleBy: its fractions stop at 1 (no copies), and its rand(seed) draw depends on the row's partition.
 """
 from __future__ import annotations
 

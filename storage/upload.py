@@ -52,6 +52,7 @@ class Uploader:
             self._pending.pop(key, None)
 
     def _upload(self, local: str, dest: str, keep_local: bool) -> bool:
+        # hand-written, not tenacity: no dependency of storage, for this one loop (storage.retrying says the same)
         s = self.settings
         delay = s.backoff_initial_s
         for attempt in range(1, s.retries + 1):

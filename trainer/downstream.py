@@ -14,6 +14,7 @@ figures (tensor-parallel ranks must run the forward together); rank 0 logs them.
 micro-batch is the engine's (`TokenLogProbs`): one forward pass per micro-batch in one process
 (`model_log_probs`), or under pipeline parallelism megatron's schedule, whose last stage computes the
 log-probabilities and hands them to every stage (trainer/engine.py).
+Not lm-evaluation-harness itself: it would bring its datasets and evaluate dependencies into the trainer for one rule.
 """
 from __future__ import annotations
 

@@ -6,6 +6,7 @@ against the manifest's `bin_sha256`/`idx_sha256` (a copy with the right hash is 
 fetched again; a download with the wrong hash is fetched again, then refused), and the docs.jsonl
 sidecars come beside them.  A tokenizer model at a URI goes to `<cache_dir>/tokenizers/<sha256>/`.
 megatron-core then reads local files only.  A local manifest is read where it is, without copying.
+Not fsspec's filecache: it keys its copies by path and never checks them against the manifest's sha256.
 """
 from __future__ import annotations
 

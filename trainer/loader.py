@@ -4,6 +4,7 @@ Sample lookup and collation (numpy index arithmetic in GPTDataset) run in a back
 `data.prefetch` steps ahead; on cuda the batches are pinned there, so the copy to the GPU is an
 asynchronous DMA.  The time the training loop spends waiting is measured, so a slow data path
 shows up as `data_wait` instead of as a mysteriously slow step.
+Not torch's DataLoader: it prefetches (prefetch_factor) only in worker processes (num_workers > 0), not in one thread.
 """
 from __future__ import annotations
 

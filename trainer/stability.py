@@ -7,6 +7,7 @@ the learning-rate schedule stay where they were, the batch is spent, and the ski
 counted.  After `rollback_after` skips in a row the trainer goes back to its last checkpoint and
 leaves the offending batches out from then on (`Progress.skip_batches`), so the data that caused
 the trouble is never drawn again.
+Not megatron-core's RerunStateMachine: it re-runs a suspect step to blame a GPU or the data, then exits; no skip.
 """
 from __future__ import annotations
 

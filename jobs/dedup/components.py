@@ -6,6 +6,7 @@ the driver's memory; each round's edges are checkpointed to cut the lineage.  It
 node points straight at its component's smallest id (a star forest).  When the duplicate edges fit in the
 driver's memory (`dedup.components.driver_max_edges`, the per-crawl case), `local_components` does the
 same in one scipy call instead, and `survivors_of_clusters` picks the survivors there too.
+Not GraphFrames' connectedComponents: it is not among the job's jars (jobs/jars/pom.xml), a package more for one loop.
 
 `choose_survivors` is the survivor rule.  Jaccard is not transitive (A~B and B~C at 0.85 while A, C are
 at 0.7), so a cluster is not dropped down to one document.  Members are visited in priority order

@@ -73,7 +73,8 @@ def load_eval_ngrams(paths, text_fields, n: int) -> EvalNgrams:
 def cut_text(text: str, hit_words: list[int], n: int, cut_chars: int, min_fragment_chars: int,
              max_splits: int) -> tuple[str | None, int]:
     """The text with `cut_chars` removed around each hit n-gram (starting at word index `hit_words`);
-    `(None, splits)` when it is cut more than `max_splits` times or nothing long enough is left."""
+    `(None, splits)` when it is cut more than `max_splits` times or nothing long enough is left.
+    lm-eval's Janitor rule, not its Janitor: it n-grams its own normalization as strings, and lm-eval needs datasets."""
     tokens = [(m.start(), m.end()) for m in re.finditer(r"\S+", text)]
     _, token_offsets = words_of_batch(pa.array([text[s:e] for s, e in tokens], pa.large_string()))
     word_token = np.repeat(np.arange(len(tokens)), np.diff(token_offsets))  # word i comes from token word_token[i]

@@ -129,7 +129,8 @@ def signatures(shingles: np.ndarray, shingle_offsets: np.ndarray, num_perm: int,
 
 
 def band_hashes(sigs: np.ndarray, bands: int, rows: int) -> np.ndarray:
-    """`(n_texts, bands)` int64: band b's hash mixes minhash values b*rows .. b*rows+rows-1."""
+    """`(n_texts, bands)` int64: band b's hash mixes minhash values b*rows .. b*rows+rows-1.
+    Not datasketch's MinHashLSH: its band tables live in a dict or Redis, one insert per document, not Spark columns."""
     if bands * rows > sigs.shape[1]:
         raise ValueError(f"{bands} bands x {rows} rows need {bands * rows} permutations; the signatures have "
                          f"{sigs.shape[1]}: raise dedup.minhash.num_perm or lower bands/rows")

@@ -49,6 +49,7 @@ PHONE = re.compile("|".join((
 )))
 
 
+# Hand-written, not python-stdnum's `luhn.is_valid`: not a dependency, and it would be added for these eight lines.
 def luhn_ok(digits: str) -> bool:
     total = 0
     for i, ch in enumerate(reversed(digits)):

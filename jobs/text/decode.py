@@ -1,6 +1,8 @@
 """HTML bytes -> str: BOM, then the declared charset (HTTP header), then <meta charset>, then UTF-8,
 then the charset detected from the bytes (a page that declares UTF-8 but is windows-1251 is common),
-then a fallback decoded with errors="replace" whose replacement characters are counted."""
+then a fallback decoded with errors="replace" whose replacement characters are counted.
+Not w3lib's `html_to_unicode`: it trusts the first declaration it finds and replaces what that codec cannot decode,
+so a windows-1251 page declaring UTF-8 comes out with every Cyrillic letter as U+FFFD."""
 from __future__ import annotations
 
 import codecs

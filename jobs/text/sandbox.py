@@ -5,6 +5,7 @@ can crash or exhaust memory (#657).  In-process, one such document stalls or kil
 here it costs one child process: the child is killed and restarted, the document is skipped with a
 reason (`extract_timeout`, `extractor_crashed`) and the run goes on.  datatrove's pattern
 (`extractors/base.py`): one persistent child per worker, documents sent over a pipe.
+Not concurrent.futures (a ProcessPoolExecutor cannot kill one stuck task) nor pebble (a package more on each executor).
 
 The child is started with the "spawn" context: forking a pyspark worker would copy its socket to
 the JVM and any lock a thread holds at fork time.  Start-up (a fresh interpreter importing

@@ -61,7 +61,8 @@ def doc_id_for(record_id: str) -> str:
 
 
 def parse_content_type(value: str | None) -> tuple[str | None, str | None]:
-    """`text/html; charset=UTF-8` -> (`text/html`, `utf-8`)."""
+    """`text/html; charset=UTF-8` -> (`text/html`, `utf-8`).
+    Not w3lib's `http_content_type_encoding`: bronze keeps the label as sent, not its codec (ISO-8859-1 -> cp1252)."""
     if not value:
         return None, None
     media_type = value.split(";", 1)[0].strip().lower() or None

@@ -28,6 +28,7 @@ recovered by another is durable whoever holds its URLs now.  A host's leases are
 a release names the lease it ends: so even the same worker, which leased a host again after its first lease of it
 lapsed, cannot end the new lease with the old one's release, and which of two fetches was the later one is known
 exactly, whatever the workers' clocks say.
+Not scrapy-redis (its queue pops a request for good: no lease, no shared host delay) nor Frontera (last release 2019).
 """
 from __future__ import annotations
 

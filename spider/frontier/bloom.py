@@ -9,6 +9,8 @@ Inside its block a URL's bits fall in one of `lines` equal lines (Putze et al. 2
 space-efficient Bloom filters"): Redis tests a known URL with one GETRANGE of its line's 1,040 bytes, where a GETBIT a
 bit cost ~1 us each (~20 a URL), and SQLite touches a page or two, not ~20.  The lines' uneven load costs ~2.5 %
 more bits for the same false-positive rate; each stage is sized for it (`_line_bits_per_url`).
+Written here, not RedisBloom's BF.* commands (a module Debian's redis-server 7 and many managed Redis services lack,
+and the embedded SQLite backend could not share it) nor a Python Bloom package (its bits live in one process).
 """
 from __future__ import annotations
 

@@ -25,6 +25,7 @@ class GuardedResolver(CachingThreadedResolver):
     def __init__(self, reactor, cache_size: int, timeout: float, guard: SsrfGuard, ttl_s: float, trusted: set[str]):
         super().__init__(reactor, 0, timeout)  # Scrapy's process-lifetime cache off: ours expires
         self.guard, self.ttl_s, self.trusted = guard, ttl_s, trusted
+        # a dict with expiry times, not cachetools' TTLCache: cachetools is no dependency of the spider extra
         self._cache: dict[str, tuple[str, float]] = {}
         self._refused: set[str] = set()
         self.max_entries = cache_size

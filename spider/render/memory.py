@@ -2,6 +2,7 @@
 
 Kept per crawl process, bounded (least recently used hosts forgotten): a worker learns a host within a few
 pages, and the frontier hands one host to one worker at a time, so sharing it over Redis buys little.
+An OrderedDict, not cachetools' LRUCache (no dependency of the spider extra): functools.lru_cache memoises calls only.
 """
 from __future__ import annotations
 

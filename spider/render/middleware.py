@@ -9,6 +9,7 @@ DOM to the WARC capture (a `conversion` record in the same fetch, referring to t
 (`response.meta["weblm_rendered_html"]`: links are followed in the rendered DOM).  A failed render is counted
 (weblm/render/failed/<why>) and the plain HTML goes on as if no render had been tried: the crawl never waits on
 a browser longer than render.timeout_s.
+Not scrapy-playwright: its browser does the fetch, so the rule could not read the plain answer, nor WARC its wire bytes.
 """
 from __future__ import annotations
 

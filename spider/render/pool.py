@@ -271,7 +271,8 @@ class RenderPool:
         """Wait until the page is quiet: no sub-request in flight for 50 ms after its next two frames have run what
         the last scroll or response set off, and none started meanwhile.  At most settle_s, not counting the time
         its sub-requests wait on the crawl (robots.txt, their host's delay): the crawl's 1 s delay is longer than
-        settle_s, and a page that waits on it is not slow."""
+        settle_s, and a page that waits on it is not slow.
+        Not Playwright's "networkidle": it wants 500 ms with no connection, and its timeout counts the gate's waits."""
         left = self.cfg.settle_s
         while left > 0:
             tick, seen = time.monotonic(), traffic.count

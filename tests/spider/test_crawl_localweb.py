@@ -140,7 +140,6 @@ def test_sigterm_closes_and_renames_warc_files(tmp_path):
 
 
 @pytest.mark.skipif(not IANA.exists(), reason=f"shared replay file {IANA} is absent")
-@pytest.mark.skipif(not IANA.exists(), reason=f"shared data absent: {IANA}")
 def test_replayed_iana_warc_can_be_crawled(tmp_path):
     with LocalWeb(load_config(WEB), replay=[IANA]) as web:
         seeds = [s for s in web.seeds if urlsplit(s).hostname in set(web.replay_hosts)]
