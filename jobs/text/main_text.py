@@ -31,7 +31,7 @@ from dataclasses import dataclass
 import trafilatura
 
 from jobs.config import ExtractSettings
-from jobs.text.decode import decode_html
+from jobs.text.decode import decode_html, tld_of
 from jobs.text.lines import drop_repeated_lines
 from jobs.text.page_type import page_type_hint
 
@@ -202,7 +202,7 @@ def extract_document(html: bytes | None, status: int | None, content_type: str |
     if nesting_depth(html, at_least=cfg.max_nesting_depth) > cfg.max_nesting_depth:
         return "too_deep"
     decoded = decode_html(html, charset, aliases=cfg.charset_aliases, fallback=cfg.fallback_encoding,
-                          sniff_bytes=cfg.meta_sniff_bytes)
+                          sniff_bytes=cfg.meta_sniff_bytes, tld=tld_of(url))
     sniff = decoded.text[:_SNIFF_CHARS]
     if control_chars(sniff) > cfg.max_control_chars * len(sniff):
         return "binary_content"

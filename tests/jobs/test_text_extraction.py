@@ -1,7 +1,7 @@
 """Per-document decoding and main-text extraction, without Spark."""
 from conftest import CP1252_TEXT, FOOTER, PAGES
 from jobs.config import load_jobs_config
-from jobs.text.decode import decode_html
+from jobs.text.decode import decode_html, tld_of
 from jobs.text.main_text import Extracted, extract_document
 
 CFG = load_jobs_config().extract
@@ -18,9 +18,34 @@ def test_latin1_label_means_windows_1252():
     assert decoded.text == "l’œuvre “x”" and decoded.source == "header"
 
 
+def test_a_legacy_page_declaring_utf8_is_decoded_by_detection():
+    french = "<p>Il était très content d'aller à la plage avec son père.</p>"
+    page = "<p>The committee met on Tuesday to discuss the budget.</p>" * 30 + french   # a French quote, English page
+    decoded = decode_html(page.encode("cp1252"), "utf-8", aliases=CFG.charset_aliases)
+    assert (decoded.source, decoded.encoding, decoded.replacements) == ("detected", "cp1252", 0)
+    assert decoded.text == page                 # not cp1250's "trčs" nor "pčre"
+    short = "<p>Жители довольны решением совета.</p>"   # 39 bytes, no declaration: the TLD hints
+    decoded = decode_html(short.encode("cp1251"), None, aliases=CFG.charset_aliases, tld=tld_of("http://gazeta.ru/a"))
+    assert (decoded.source, decoded.encoding, decoded.text) == ("detected", "cp1251", short)
+    korean = "<p>위원회는 화요일에 모였다. 똠방각하 펲시콜라</p>"   # UHC syllables beyond EUC-KR: WHATWG's euc-kr is windows-949
+    decoded = decode_html(korean.encode("cp949"), "utf-8", aliases=CFG.charset_aliases)
+    assert (decoded.encoding, decoded.text) == ("cp949", korean)
+
+
+def test_tld_of_gives_the_hosts_last_label():
+    assert [tld_of(u) for u in ("http://www.Example.CO.UK/a", "http://xn--p1ai/", "http://localhost:8080/")] == \
+        ["uk", "xn--p1ai", "localhost"]
+    assert [tld_of(u) for u in ("https://[::1]/x", "http://10.0.0.1/", None, "http://[bad/")] == [None] * 4
+
+
 def test_undecodable_bytes_fall_back_with_counted_replacements():
     decoded = decode_html(b"caf\xe9 ok \xff", None, aliases=CFG.charset_aliases, fallback="utf-8")
-    assert decoded.source == "fallback" and decoded.replacements == 2 and decoded.text.startswith("caf\ufffd ok")
+    assert decoded.source == "detected" and decoded.text == "café ok ÿ"  # chardetng: windows-1252
+    # a Shift_JIS page with a broken byte pair: no codec decodes it whole, so the declared one with U+FFFD, counted
+    japanese = "<p>委員会は火曜日に市の予算について話し合うために集まった。</p>".encode("shift_jis")
+    decoded = decode_html(japanese + b"\x81\x20" + japanese, "utf-8", aliases=CFG.charset_aliases, fallback="utf-8")
+    assert decoded.source == "fallback" and decoded.encoding == "utf-8"
+    assert decoded.replacements > 20 and decoded.text.startswith("<p>\ufffd")
 
 
 def test_main_text_keeps_the_article_and_drops_nav_and_footer():
