@@ -45,7 +45,8 @@ def _detected_codec(sample: bytes, tld: str | None, aliases: Mapping[str, str]) 
     (WHATWG decodes Shift_JIS as windows-31J, EUC-KR as windows-949: conf maps the labels to those codecs)."""
     import chardetng_py
 
-    hint = tld.encode("ascii") if tld and tld.isascii() and tld.isalnum() else None  # its rule: one lower-case label
+    # its rule: one ASCII label in lower case (punycode's hyphens allowed: .xn--p1ai is a TLD)
+    hint = tld.encode("ascii") if tld and tld.isascii() and "." not in tld and tld == tld.lower() else None
     return _codec(chardetng_py.detect(sample, allow_utf8=False, tld=hint), aliases)
 
 

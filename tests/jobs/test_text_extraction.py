@@ -32,6 +32,17 @@ def test_a_legacy_page_declaring_utf8_is_decoded_by_detection():
     assert (decoded.encoding, decoded.text) == ("cp949", korean)
 
 
+def test_the_tld_reaches_the_detector_as_its_rule_allows(monkeypatch):
+    import chardetng_py
+    hints = []
+    real = chardetng_py.detect
+    monkeypatch.setattr(chardetng_py, "detect", lambda data, **kw: hints.append(kw["tld"]) or real(data, **kw))
+    page = "<p>Жители довольны решением совета.</p>".encode("cp1251")
+    for tld in ("xn--p1ai", "ru", "RU", "co.uk", None):   # .рф in punycode; not lower case, not one label: no hint
+        assert decode_html(page, None, aliases=CFG.charset_aliases, tld=tld).encoding == "cp1251"
+    assert hints == [b"xn--p1ai", b"ru", None, None, None]
+
+
 def test_tld_of_gives_the_hosts_last_label():
     assert [tld_of(u) for u in ("http://www.Example.CO.UK/a", "http://xn--p1ai/", "http://localhost:8080/")] == \
         ["uk", "xn--p1ai", "localhost"]
