@@ -134,7 +134,9 @@ def _spa(web: "GeneratedWeb", host: str, n: int) -> None:
 
 
 def _feed(web: "GeneratedWeb", host: str) -> None:
-    """Paragraphs load only when the reader scrolls to the sentinel: three chunks, then the end."""
+    """Paragraphs load only when the reader scrolls to the sentinel: three chunks, then the end.  The loader waits
+    150 ms before it fetches, as feeds that debounce their scroll handlers do: a render must not take the quiet
+    right after a scroll for the end of the feed."""
     title, paragraphs = _article(web, host, 0)
     chunks = [paragraphs[i::3] for i in range(3)]
     ordered = [p for chunk in chunks for p in chunk]
@@ -143,11 +145,11 @@ def _feed(web: "GeneratedWeb", host: str) -> None:
     body = (f'<h1>{html.escape(title)}</h1>\n<div id="feed"></div>\n<div style="height:3000px"></div>\n'
             '<div id="sentinel">Loading…</div>\n<script>\nlet k = 0, busy = false;\n'
             "const io = new IntersectionObserver(es => { if (!es[0].isIntersecting || busy || k < 0) return; busy = true;\n"
-            "  fetch('/api/feed/' + k + '.json').then(r => r.json()).then(d => {\n"
+            "  setTimeout(() => fetch('/api/feed/' + k + '.json').then(r => r.json()).then(d => {\n"
             "    for (const p of d.paragraphs) { const e = document.createElement('p'); e.textContent = p;\n"
             "      document.getElementById('feed').appendChild(e); }\n"
             "    k = d.more ? k + 1 : -1; busy = false;\n"
-            "    const s = document.getElementById('sentinel'); io.unobserve(s); io.observe(s); }); });\n"
+            "    const s = document.getElementById('sentinel'); io.unobserve(s); io.observe(s); }), 150); });\n"
             "io.observe(document.getElementById('sentinel'));\n</script>")
     url = f"http://{host}/stream"
     web.add(PageTruth(url, host, 200, "js-scroll", title, "en", "\n\n".join(ordered),

@@ -12,6 +12,7 @@ class RenderConfig:
     timeout_s: float
     settle_s: float
     scroll_steps: int
+    scroll_grace_s: float
     js_heap_mb: int
     max_dom_bytes: int
     block_resource_types: list[str]

@@ -244,6 +244,9 @@ class RenderPool:
             await page.evaluate("() => window.scrollTo(0, document.body ? document.body.scrollHeight : 0)")
             await self._settle(page, traffic)
             grown = await page.evaluate(_HEIGHT_JS)
+            if grown == height and await self._requests_within(traffic, self.cfg.scroll_grace_s):
+                await self._settle(page, traffic)  # a debounced scroll handler, or a slow one, sent its request late
+                grown = await page.evaluate(_HEIGHT_JS)
             if grown == height:
                 break  # the scroll loaded nothing: the page is whole
             height = grown
@@ -258,6 +261,14 @@ class RenderPool:
             result.detail = f"rendered DOM is {len(data)} bytes, above render.max_dom_bytes={self.cfg.max_dom_bytes}"
             return
         result.html = data
+
+    @staticmethod
+    async def _requests_within(traffic: "_Traffic", seconds: float) -> bool:
+        """True as soon as a request starts or ends within `seconds`; False when none does."""
+        seen, deadline = traffic.count, time.monotonic() + seconds
+        while traffic.count == seen and traffic.in_flight == 0 and time.monotonic() < deadline:
+            await asyncio.sleep(0.025)
+        return traffic.count != seen or traffic.in_flight > 0
 
     async def _grows_by_itself(self, page, traffic: "_Traffic") -> bool:
         """True when the DOM grows over settle_s while no request starts or ends: timers feeding it without end."""
