@@ -270,13 +270,18 @@ class RenderPool:
             await asyncio.sleep(0.025)
         return traffic.count != seen or traffic.in_flight > 0
 
-    async def _grows_by_itself(self, page, traffic: "_Traffic") -> bool:
-        """True when the DOM grows over settle_s while no request starts or ends: timers feeding it without end."""
-        ended, before = traffic.count, await page.evaluate(_DOM_BYTES_JS)
-        await asyncio.sleep(self.cfg.settle_s)
-        after = await page.evaluate(_DOM_BYTES_JS)
-        quiet = traffic.in_flight == 0 and traffic.count == ended
-        return quiet and after > before + max(10_000, before // 20)  # a clock or a counter ticking is not growth
+    async def _grows_by_itself(self, page, traffic: "_Traffic", looks: int = 3) -> bool:
+        """True when the DOM grows over settle_s while no request starts or ends: timers feeding it without end.
+        A request that starts meanwhile (a loader on a timer, a loaded machine) is let land, and the page looked at
+        again, `looks` times at most: the DOM is taken once it has its answer."""
+        for _ in range(looks):
+            ended, before = traffic.count, await page.evaluate(_DOM_BYTES_JS)
+            await asyncio.sleep(self.cfg.settle_s)
+            after = await page.evaluate(_DOM_BYTES_JS)
+            if traffic.in_flight == 0 and traffic.count == ended:
+                return after > before + max(10_000, before // 20)  # a clock or a counter ticking is not growth
+            await self._settle(page, traffic)
+        return False
 
     async def _settle(self, page, traffic: "_Traffic") -> None:
         """Wait until the page is quiet: no sub-request in flight for 50 ms after its next two frames have run what

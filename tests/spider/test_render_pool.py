@@ -13,6 +13,7 @@ import psutil
 import pytest
 
 from localweb import LocalWeb, load_config
+from localweb.responses import Response
 from spider.config import load_crawl_config
 from spider.render.gate import SubrequestGate
 from spider.render.middleware import rendered_text_chars
@@ -95,6 +96,20 @@ def test_sub_requests_obey_robots_txt_and_the_host_delay_and_images_are_never_fe
     arrivals = [h.at for h in web.hits.log("feed.weblm.test") if h.target.startswith("/api/feed/")]
     assert len(arrivals) == 3
     assert all(b - a >= DELAY * 0.95 for a, b in zip(arrivals, arrivals[1:]))  # never faster than the delay
+
+
+def test_a_request_that_starts_after_the_page_went_quiet_still_lands_in_the_dom(pool, loop, web):
+    # a loader on a timer (a consent check, an idle callback) asks after the load settled; the answer takes a while
+    web.generated.routes[("trouble.weblm.test", "/api/late.json")] = Response(
+        200, (("Content-Type", "application/json"),), b'{"text": "Late arriving paragraph text."}',
+        delay_seconds=SETTLE * 0.75)
+    page = ('<html><head><title>late</title></head><body><div id="root"></div><script>\n'
+            "setTimeout(() => fetch('/api/late.json').then(r => r.json()).then(d => {\n"
+            "  document.getElementById('root').textContent = d.text; }), 150);\n</script></body></html>")
+    result = loop.run_until_complete(pool.render("http://trouble.weblm.test/late", page.encode(), 200,
+                                                 {"Content-Type": "text/html"}))
+    assert result.ok and result.subrequests == 1
+    assert b"Late arriving paragraph text." in result.html
 
 
 def test_a_page_that_never_finishes_loading_is_a_counted_timeout_and_other_renders_go_on(pool, loop, web):
