@@ -18,8 +18,9 @@ figures); keeping lines that other extractors keep (votes, unions) lost precisio
 The title comes with rs-trafilatura's result, or from the page head: never through trafilatura's
 `with_metadata`, which costs about a third of its time.
 Speed (bench/extraction_speed.py, CPU time in one process): the job costs about what rs-trafilatura alone
-costs (0.95x its docs/CPU-s on WCXB dev articles): the hint saves more than resiliparse, the fallback and the
-checks add.  No page is parsed twice by the same library; the sandbox's round trip is ~0.2 ms of CPU a page.
+costs (0.94x its docs/CPU-s on WCXB dev articles): the hint saves more than resiliparse, the fallback and the
+checks add.  No page is parsed twice by the same library; in its sandbox the job costs ~2 % more CPU a page (the
+parent's ~0.3 ms round trip) once its child is warm.
 """
 from __future__ import annotations
 
