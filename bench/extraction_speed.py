@@ -3,15 +3,14 @@
     .venv/bin/python bench/extraction_speed.py [--limit N] [--profile] [--compare OLD_main_text.py]
 
 WCXB dev's pages (never its held-out test split), as two sets: articles and the six other types together
-(mixed).  Each variant runs over the whole set in its own pass, four passes each, in the order A B C D, D C B A,
-A B C D, D C B A, so that a change in the machine's load falls on all of them alike.  Not page by page: a variant
-that runs right after another on the same page gets that page warm (in the CPU's caches and the allocator's
-free lists), which the sandbox's child never does: interleaved per page, the job in-process measured 56.1
-docs/CPU-s on articles, alone in its pass 50.8 (2026-12-06, --limit 150).  Every variant first makes one untimed
-pass over the articles: a fresh process's first pass is slower (the sandbox's child: 19.1 ms/page, then 16.4-16.6;
-lazy initialisation, its allocator's arenas growing), and a Spark worker's child extracts thousands of pages, so
-the steady state is the job's cost.  The cost is CPU time
-(`time.process_time`), so docs per CPU-second is docs/s on one core whatever else the machine runs:
+(mixed).  Every variant first makes one untimed pass over the articles, then runs over each set in passes of
+its own, four each, in the order A B C D, D C B A, A B C D, D C B A, so that a change in the machine's load falls on
+all of them alike.  The warm pass: a fresh process's first pages cost more (lazy initialisation, its allocator's
+arenas growing; the sandbox's child took 19.1 ms a page in its first pass of 150 articles, then 16.4-16.6), and a
+Spark worker's child extracts thousands of pages, so the steady state is the job's cost.  With one page of warm-up
+and the variants interleaved page by page (this bench before 2026-12-06, --limit 150) the sandbox measured 50.6
+docs/CPU-s on articles and the job in-process 56.1; in its own passes after the warm pass, 59.7 and 60.7.  The
+cost is CPU time (`time.process_time`), so docs per CPU-second is docs/s on one core whatever else the machine runs:
 - rs-trafilatura alone: `rs_trafilatura.extract(text, url=url)` with its defaults (its own page-type
   classifier), on text decoded beforehand: the extractor's own cost, the strictest baseline;
 - plain trafilatura: `trafilatura.extract(html)` on the bytes (bench/extraction_quality.py's baseline);
