@@ -272,14 +272,16 @@ class RenderPool:
 
     async def _grows_by_itself(self, page, traffic: "_Traffic", looks: int = 3) -> bool:
         """True when the DOM grows over settle_s while no request starts or ends: timers feeding it without end.
-        A request that starts meanwhile (a loader on a timer, a loaded machine) is let land, and the page looked at
-        again, `looks` times at most: the DOM is taken once it has its answer."""
+        A request that starts or ends meanwhile (a loader on a timer, a loaded machine) is let land, and the page
+        looked at again, `looks` times at most: the DOM is taken once it has its answer.  One that was in flight
+        all along (a long poll, an event stream) is not waited for."""
         for _ in range(looks):
             ended, before = traffic.count, await page.evaluate(_DOM_BYTES_JS)
             await asyncio.sleep(self.cfg.settle_s)
             after = await page.evaluate(_DOM_BYTES_JS)
-            if traffic.in_flight == 0 and traffic.count == ended:
-                return after > before + max(10_000, before // 20)  # a clock or a counter ticking is not growth
+            if traffic.count == ended:
+                # a clock or a counter ticking is not growth
+                return traffic.in_flight == 0 and after > before + max(10_000, before // 20)
             await self._settle(page, traffic)
         return False
 
