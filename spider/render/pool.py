@@ -264,11 +264,12 @@ class RenderPool:
 
     @staticmethod
     async def _requests_within(traffic: "_Traffic", seconds: float) -> bool:
-        """True as soon as a request starts or ends within `seconds`; False when none does."""
+        """True as soon as a request starts or ends within `seconds`; False when none does (one in flight all along,
+        a long poll, does not count)."""
         seen, deadline = traffic.count, time.monotonic() + seconds
-        while traffic.count == seen and traffic.in_flight == 0 and time.monotonic() < deadline:
+        while traffic.count == seen and time.monotonic() < deadline:
             await asyncio.sleep(0.025)
-        return traffic.count != seen or traffic.in_flight > 0
+        return traffic.count != seen
 
     async def _grows_by_itself(self, page, traffic: "_Traffic", looks: int = 3) -> bool:
         """True when the DOM grows over settle_s while no request starts or ends: timers feeding it without end.
