@@ -99,13 +99,16 @@ class RenderMiddleware:
     def _fields(decision: Decision, result: RenderResult, gained: int) -> dict[str, str]:
         fields = {"Ms": str(round(result.seconds * 1000)), "Subrequests": str(result.subrequests),
                   "Subrequest-Bytes": str(result.subrequest_bytes), "Reason": decision.reason,
-                  "Text-Gained": str(gained), "Blocked": ",".join(f"{k}={v}" for k, v in sorted(result.blocked.items()))}
+                  "Text-Gained": str(gained), "Unsettled": "true" if result.unsettled else "",
+                  "Blocked": ",".join(f"{k}={v}" for k, v in sorted(result.blocked.items()))}
         return {name: value for name, value in fields.items() if value}
 
     def _count(self, result: RenderResult) -> None:
         self.stats.inc_value("weblm/render/renders")
         if result.ok:
             self.stats.inc_value("weblm/render/ok")
+            if result.unsettled:   # kept, but taken with requests in flight or still starting
+                self.stats.inc_value("weblm/render/unsettled")
         else:
             self.stats.inc_value(f"weblm/render/failed/{result.failure}")
         self.stats.inc_value("weblm/render/subrequests", result.subrequests)

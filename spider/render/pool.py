@@ -50,6 +50,7 @@ class RenderResult:
     popups: int = 0
     downloads: int = 0
     attempts: int = 1
+    unsettled: bool = False           # the DOM was taken with requests in flight or starting: answers may be missing
 
     @property
     def ok(self) -> bool:
@@ -181,6 +182,7 @@ class RenderPool:
             result.seconds = round(time.monotonic() - started, 3)
             self.counters["renders"] += 1
             self.counters["renders_ok" if result.ok else f"failed/{result.failure}"] += 1
+            self.counters["renders_unsettled"] += result.ok and result.unsettled
             self.counters["subrequests"] += result.subrequests
             self.counters["subrequest_bytes"] += result.subrequest_bytes
             for reason, n in result.blocked.items():
@@ -250,7 +252,7 @@ class RenderPool:
             if grown == height:
                 break  # the scroll loaded nothing: the page is whole
             height = grown
-        if await self._grows_by_itself(page, traffic):
+        if await self._grows_by_itself(page, traffic, result):
             result.failure = "endless"
             result.detail = "the DOM keeps growing with no request to explain it (an endless feed or a runaway script)"
             return
@@ -271,19 +273,22 @@ class RenderPool:
             await asyncio.sleep(0.025)
         return traffic.count != seen
 
-    async def _grows_by_itself(self, page, traffic: "_Traffic", looks: int = 3) -> bool:
+    async def _grows_by_itself(self, page, traffic: "_Traffic", result: RenderResult, looks: int = 3) -> bool:
         """True when the DOM grows over settle_s while no request starts or ends: timers feeding it without end.
         A request that starts or ends meanwhile (a loader on a timer, a loaded machine) is let land, and the page
         looked at again, `looks` times at most: the DOM is taken once it has its answer.  One that was in flight
-        all along (a long poll, an event stream) is not waited for."""
+        all along (a long poll, an event stream) is not waited for.  Either way, a DOM taken while requests are in
+        flight or still starting is `unsettled` (counted: their answers may be missing from it)."""
         for _ in range(looks):
             ended, before = traffic.count, await page.evaluate(_DOM_BYTES_JS)
             await asyncio.sleep(self.cfg.settle_s)
             after = await page.evaluate(_DOM_BYTES_JS)
             if traffic.count == ended:
+                result.unsettled = traffic.in_flight > 0
                 # a clock or a counter ticking is not growth
                 return traffic.in_flight == 0 and after > before + max(10_000, before // 20)
             await self._settle(page, traffic)
+        result.unsettled = True   # still asking after every look: a poll, or a feed that never ends loading
         return False
 
     async def _settle(self, page, traffic: "_Traffic") -> None:

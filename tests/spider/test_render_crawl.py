@@ -54,6 +54,9 @@ def test_each_rendered_dom_is_a_conversion_record_that_refers_to_the_untouched_r
             assert first in conv["raw"].decode()
             assert first not in visible_text(lxml.html.document_fromstring(original["raw"]))   # stored as fetched
             assert int(h.get_header("WARC-X-Render-Subrequests")) >= 1
+            assert h.get_header("WARC-X-Render-Unsettled") is None   # every request the page made had landed
+    unsettled = [c for c in conversions if c["headers"].get_header("WARC-X-Render-Unsettled") == "true"]
+    assert len(unsettled) == run.stats["render"].get("unsettled", 0)   # counted as written
     hostile = {u for u in web.truth if web.truth[u].kind == "js-hostile"}
     kept = {r["headers"].get_header("WARC-Target-URI") for r in responses.values()}
     assert hostile <= kept   # failed renders: the plain HTML is archived all the same

@@ -73,7 +73,7 @@ def test_a_page_whose_text_needs_javascript_gets_it_from_the_render(pool, loop, 
     visible = visible_text(lxml.html.document_fromstring(plain))
     assert not any(p[:60] in visible for p in paragraphs)  # the plain HTML shows none of the text
     result = render(pool, loop, web, truth.url)
-    assert result.ok, result.detail
+    assert result.ok and not result.unsettled, result.detail
     dom = result.html.decode()
     assert all(p[:60] in dom for p in paragraphs)          # the rendered DOM has all of it (scroll: every chunk)
     assert rendered_text_chars(result.html) > len(truth.text) * 0.9
@@ -108,8 +108,22 @@ def test_a_request_that_starts_after_the_page_went_quiet_still_lands_in_the_dom(
             "  document.getElementById('root').textContent = d.text; }), 150);\n</script></body></html>")
     result = loop.run_until_complete(pool.render("http://trouble.weblm.test/late", page.encode(), 200,
                                                  {"Content-Type": "text/html"}))
-    assert result.ok and result.subrequests == 1
+    assert result.ok and result.subrequests == 1 and not result.unsettled
     assert b"Late arriving paragraph text." in result.html
+
+
+def test_a_page_that_keeps_asking_is_rendered_and_counted_unsettled(pool, loop, web):
+    # an analytics heartbeat: a POST every 50 ms, each refused at once (a render never posts), for as long as it runs
+    page = ('<html><head><title>beat</title></head><body><div id="root"></div><script>\n'
+            "document.getElementById('root').textContent = 'Heartbeat page text '.repeat(20);\n"
+            "setInterval(() => fetch('/api/beat', {method: 'POST', body: 'x'}).catch(() => null), 50);\n"
+            "</script></body></html>")
+    before = pool.counters["renders_unsettled"]
+    result = loop.run_until_complete(pool.render("http://trouble.weblm.test/beat", page.encode(), 200,
+                                                 {"Content-Type": "text/html"}))
+    assert result.ok and result.unsettled and b"Heartbeat page text" in result.html
+    assert result.blocked["method"] >= 3 and result.subrequests == 0
+    assert pool.counters["renders_unsettled"] == before + 1
 
 
 def test_a_page_that_never_finishes_loading_is_a_counted_timeout_and_other_renders_go_on(pool, loop, web):
