@@ -125,6 +125,8 @@ class GeneratedWeb:
             return final
         if key in self.routes:
             return self.routes[key]
+        if (host, target.split("?", 1)[0]) in self.routes:  # a query the route ignores (a cache-buster), as servers do
+            return self.routes[(host, target.split("?", 1)[0])]
         if self.plans[host] is EVENTS and target.startswith(self.trap.prefix):
             page = self.trap.respond(target)
             if page is not None:

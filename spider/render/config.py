@@ -17,6 +17,7 @@ class RenderConfig:
     max_dom_bytes: int
     block_resource_types: list[str]
     max_subrequests: int
+    max_repeats: int
     min_html_bytes: int
     thin_text_chars: int
     spa_text_chars: int

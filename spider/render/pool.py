@@ -13,7 +13,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+import re
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections import Counter
 from dataclasses import dataclass, field
@@ -26,6 +28,7 @@ from spider.render.gate import SubrequestGate
 
 logger = logging.getLogger(__name__)
 
+_RANDOM = re.compile(r"0\.\d{6,}")  # Math.random() as a query value
 _HOP_HEADERS = {"content-encoding", "content-length", "transfer-encoding", "connection", "keep-alive"}
 # how far the page reaches below the viewport (0: it fits, nothing to scroll for)
 _HEIGHT_JS = "() => document.body ? Math.max(0, document.body.scrollHeight - window.innerHeight) : 0"
@@ -62,13 +65,17 @@ class _PageCrashed(Exception):
 
 
 class _Traffic:
-    """The page's requests: how many are in flight, how many have started or ended so far, and how many of those in
-    flight wait on the crawl itself (robots.txt, their host's delay) rather than on a server."""
+    """The page's requests: how many are in flight, how many have started or ended so far, how many of those in
+    flight wait on the crawl itself (robots.txt, their host's delay) rather than on a server, and how much of that
+    waiting settling may still leave uncounted (`free_hold_s`: a page that polls would otherwise never settle)."""
 
-    def __init__(self) -> None:
+    def __init__(self, free_hold_s: float = 0.0) -> None:
         self.in_flight = 0
         self.count = 0
         self.held = 0
+        self.free_hold_s = free_hold_s
+        self.admitted = 0                 # sub-requests let through to the gate (the budget counts them, not sends)
+        self.asked: Counter = Counter()   # GETs by URL, cache-busters removed: a poll asks the same again and again
 
     def started(self) -> None:
         self.in_flight += 1
@@ -162,8 +169,8 @@ class RenderPool:
                 try:
                     browser = await self._ensure_browser()
                     self._renders_on_browser += 1
-                    await asyncio.wait_for(self._render_once(browser, url, body, status, headers or {}, result),
-                                           timeout_s)
+                    await asyncio.wait_for(self._render_once(browser, url, body, status, headers or {}, result,
+                                                             timeout_s), timeout_s)
                 except asyncio.TimeoutError:
                     result.failure, result.detail = "timeout", f"no rendered DOM within {timeout_s} s"
                 except _PageCrashed as exc:
@@ -192,12 +199,12 @@ class RenderPool:
             return result
 
     async def _render_once(self, browser, url: str, body: bytes, status: int, headers: dict[str, str],
-                           result: RenderResult) -> None:
+                           result: RenderResult, timeout_s: float) -> None:
         context = await browser.new_context(user_agent=self.user_agent or None, accept_downloads=False,
                                             service_workers="block", java_script_enabled=True,
                                             proxy={"server": self.proxy} if self.proxy else None)
         crashed = asyncio.get_running_loop().create_future()
-        traffic = _Traffic()
+        traffic = _Traffic(free_hold_s=timeout_s / 2)
         work = None
         try:
             page = await context.new_page()
@@ -210,7 +217,7 @@ class RenderPool:
             async def route(r):
                 hold = _Hold(traffic)
                 try:
-                    await self._route(r, url, body, status, page_headers, result, hold)
+                    await self._route(r, url, body, status, page_headers, result, hold, traffic)
                 finally:
                     hold.release()
 
@@ -295,7 +302,8 @@ class RenderPool:
         """Wait until the page is quiet: no sub-request in flight for 50 ms after its next two frames have run what
         the last scroll or response set off, and none started meanwhile.  At most settle_s, not counting the time
         its sub-requests wait on the crawl (robots.txt, their host's delay): the crawl's 1 s delay is longer than
-        settle_s, and a page that waits on it is not slow.
+        settle_s, and a page that waits on it is not slow.  That time is free up to half the render's timeout in
+        all, then it counts like any other: a page that polls its host keeps a request waiting on the delay.
         Not Playwright's "networkidle": it wants 500 ms with no connection, and its timeout counts the gate's waits."""
         left = self.cfg.settle_s
         while left > 0:
@@ -307,11 +315,14 @@ class RenderPool:
                     return
             else:
                 await asyncio.sleep(0.025)
-            if not traffic.held:
-                left -= time.monotonic() - tick
+            spent = time.monotonic() - tick
+            if traffic.held and traffic.free_hold_s > 0:
+                traffic.free_hold_s -= spent
+            else:
+                left -= spent
 
     async def _route(self, r, page_url: str, body: bytes, status: int, headers: dict[str, str],
-                     result: RenderResult, hold: _Hold) -> None:
+                     result: RenderResult, hold: _Hold, traffic: _Traffic) -> None:
         request = r.request
         if request.is_navigation_request():
             if request.url == page_url and _is_main_frame(request) and not result.html:
@@ -319,9 +330,10 @@ class RenderPool:
                 return
             reason = "navigation"  # popups, frames, script redirects: other pages, fetched by the crawl if linked
         else:
-            reason = self._refusal(request, result)
-        if reason is None and not await self.gate.allowed(request.url, self._fetch_robots):
-            reason = "robots"
+            reason = self._refusal(request, traffic)
+            traffic.admitted += reason is None
+            if reason is None and not await self.gate.allowed(request.url, self._fetch_robots):
+                reason, traffic.admitted = "robots", traffic.admitted - 1
         if reason is not None:
             hold.release()
             result.blocked[reason] += 1
@@ -345,8 +357,8 @@ class RenderPool:
         except PlaywrightError:
             pass  # the page closed first: its bytes are not counted
 
-    def _refusal(self, request, result: RenderResult) -> str | None:
-        if result.subrequests >= self.cfg.max_subrequests:
+    def _refusal(self, request, traffic: _Traffic) -> str | None:
+        if traffic.admitted >= self.cfg.max_subrequests:
             return "budget"
         if request.resource_type in self.cfg.block_resource_types:
             return request.resource_type
@@ -354,6 +366,10 @@ class RenderPool:
             return "scheme"
         if request.method not in ("GET", "HEAD"):
             return "method"  # a render reads; it never posts forms or beacons
+        asked = _asked_as(request.url)
+        traffic.asked[asked] += 1
+        if traffic.asked[asked] > 1 + self.cfg.max_repeats:
+            return "repeat"  # a poll: its first answers are in the DOM, the rest would only load the host
         return None
 
     async def _fetch_robots(self, url: str) -> tuple[int, bytes]:
@@ -378,6 +394,24 @@ def _get(url: str, proxy: str, user_agent: str, limit: int = 512_000) -> tuple[i
             return response.status, response.read(limit)
     except urllib.error.HTTPError as exc:
         return exc.code, exc.read(limit)
+
+
+def _asked_as(url: str, now: float | None = None) -> str:
+    """The URL without its cache-busters: a query parameter named `_` (jQuery's cache: false), a random fraction, or
+    a Unix time in seconds or milliseconds within a day of now.  Other parameters (a page, a cursor) stay."""
+    parts = urllib.parse.urlsplit(url)
+    if not parts.query:
+        return url
+    now = time.time() if now is None else now
+    kept = [(k, v) for k, v in urllib.parse.parse_qsl(parts.query, keep_blank_values=True)
+            if not (k == "_" or _RANDOM.fullmatch(v) or _is_now(v, now))]
+    return urllib.parse.urlunsplit(parts._replace(query=urllib.parse.urlencode(kept), fragment=""))
+
+
+def _is_now(value: str, now: float) -> bool:
+    if not value.isdigit() or len(value) not in (10, 13):
+        return False
+    return abs(int(value) / (1000 if len(value) == 13 else 1) - now) < 86_400
 
 
 def _is_main_frame(request) -> bool:

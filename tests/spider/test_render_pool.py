@@ -5,6 +5,7 @@ One browser for the whole module (launching one costs ~1 s); each test renders a
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import signal
 import time
 
@@ -17,7 +18,7 @@ from localweb.responses import Response
 from spider.config import load_crawl_config
 from spider.render.gate import SubrequestGate
 from spider.render.middleware import rendered_text_chars
-from spider.render.pool import RenderPool
+from spider.render.pool import RenderPool, _asked_as
 from spider.render.rule import needs_render, visible_text
 
 HANG_TIMEOUT = 2.0  # the never-loading page's own render limit (the others get 20 s: CI machines are busy)
@@ -126,6 +127,42 @@ def test_a_page_that_keeps_asking_is_rendered_and_counted_unsettled(pool, loop, 
     assert pool.counters["renders_unsettled"] == before + 1
 
 
+@pytest.mark.parametrize("ask", ["'/api/status.json'", "'/api/status.json?_=' + Date.now()",
+                                 "'/api/status.json?t=' + Math.random()"])
+def test_a_page_that_polls_its_own_host_is_fetched_a_few_times_and_rendered_unsettled(pool, loop, web, ask):
+    # a status poll every 100 ms, as is, or with a cache-buster: each poll would wait on the host delay without end
+    web.generated.routes[("trouble.weblm.test", "/api/status.json")] = Response(
+        200, (("Content-Type", "application/json"),), b'{"text": "Polled status paragraph text."}')
+    page = ('<html><head><title>poll</title></head><body><div id="root"></div><script>\n'
+            "const poll = () => fetch(%s).then(r => r.json()).then(d => {\n"
+            "  document.getElementById('root').textContent = d.text; }).catch(() => null);\n"
+            "poll(); setInterval(poll, 100);\n</script></body></html>" % ask)
+    web.hits.clear()
+    result = loop.run_until_complete(pool.render("http://trouble.weblm.test/poll", page.encode(), 200,
+                                                 {"Content-Type": "text/html"}))
+    assert result.ok and result.unsettled, result.detail
+    assert b"Polled status paragraph text." in result.html
+    polls = web.hits.count("trouble.weblm.test", "/api/status.json")
+    assert polls == result.subrequests == 1 + pool.cfg.max_repeats   # then refused: a poll is not the page's text
+    assert result.blocked["repeat"] >= 1
+
+
+def test_a_poll_that_escapes_the_repeat_rule_still_ends_as_an_unsettled_render_not_a_timeout(pool, loop, web):
+    # each poll asks for a new sequence number: no repeat; its waits on the host delay are free only up to half the
+    # render's time, then count against settling like any wait
+    web.generated.routes[("trouble.weblm.test", "/api/tick.json")] = Response(
+        200, (("Content-Type", "application/json"),), b'{"text": "Ticking page paragraph text."}')
+    page = ('<html><head><title>tick</title></head><body><div id="root"></div><script>\n'
+            "let n = 0; const poll = () => fetch('/api/tick.json?seq=' + (n++)).then(r => r.json()).then(d => {\n"
+            "  document.getElementById('root').textContent = d.text; }).catch(() => null);\n"
+            "poll(); setInterval(poll, 100);\n</script></body></html>")
+    result = loop.run_until_complete(pool.render("http://trouble.weblm.test/tick", page.encode(), 200,
+                                                 {"Content-Type": "text/html"}, timeout_s=6))
+    assert result.ok and result.unsettled, result.detail
+    assert b"Ticking page paragraph text." in result.html
+    assert result.subrequests >= 3 and not result.blocked["repeat"]
+
+
 def test_a_page_that_never_finishes_loading_is_a_counted_timeout_and_other_renders_go_on(pool, loop, web):
     about = "http://app.weblm.test/about.html"
 
@@ -169,3 +206,29 @@ def test_a_browser_crash_restarts_the_browser_and_loses_no_render(pool, loop, we
     result = render(pool, loop, web, truth.url)
     assert result.ok and truth.text.split("\n\n")[0][:60] in result.html.decode()
     assert pool.counters["browser_restarts"] == restarts + 1
+
+
+def test_a_cache_buster_is_not_a_new_url_but_a_page_or_a_cursor_is():
+    now = 1_790_000_000.0
+    assert _asked_as("http://h.test/api/s.json?_=1&x=1", now) == "http://h.test/api/s.json?x=1"
+    assert _asked_as("http://h.test/api/s.json?t=0.8472910385", now) == "http://h.test/api/s.json"
+    assert _asked_as(f"http://h.test/api/s.json?ts={int(now * 1000) - 5_000}", now) == "http://h.test/api/s.json"
+    assert _asked_as(f"http://h.test/api/s.json?ts={int(now) + 60}", now) == "http://h.test/api/s.json"
+    for kept in ("http://h.test/api/feed.json?page=2", "http://h.test/api/feed.json?cursor=0.5",
+                 "http://h.test/item?id=1234567890", "http://h.test/api/s.json"):   # an id is no clock of today
+        assert _asked_as(kept, now) == kept
+
+
+def test_the_sub_request_budget_counts_requests_let_through_not_only_those_already_sent(pool, loop, web):
+    # eight requests at once all queue on the host delay before any is sent: the budget must still hold
+    page = ('<html><head><title>many</title></head><body><p>Many requests page text.</p><script>\n'
+            "for (let i = 0; i < 8; i++) fetch('/api/many/' + i + '.json').catch(() => null);\n"
+            "</script></body></html>")
+    cfg = pool.cfg
+    pool.cfg = dataclasses.replace(cfg, max_subrequests=3)
+    try:
+        result = loop.run_until_complete(pool.render("http://trouble.weblm.test/many", page.encode(), 200,
+                                                     {"Content-Type": "text/html"}))
+    finally:
+        pool.cfg = cfg
+    assert result.ok and result.subrequests == 3 and result.blocked["budget"] == 5
