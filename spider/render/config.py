@@ -13,6 +13,7 @@ class RenderConfig:
     settle_s: float
     scroll_steps: int
     scroll_grace_s: float
+    timer_wait_s: float
     js_heap_mb: int
     max_dom_bytes: int
     block_resource_types: list[str]

@@ -7,6 +7,10 @@ and media are never requested.  Limits: `pages` renders at once, `timeout_s` per
 `max_dom_bytes` of DOM, `max_subrequests` per page; popups are closed and downloads refused.  Every failure is
 a `RenderResult` with `failure` set, never an exception: the caller keeps the plain HTML.  A browser that dies
 is started again and the render tried once more on it, so no request is lost to a crash.
+The DOM is taken once the page is quiet: its sub-requests answered (their waits on the crawl's politeness free, up
+to half the timeout), the scrolls' lazy content loaded, and, on a page still short of text, the timers that fire
+within timer_wait_s run (a deferred loader).  A URL asked again and again (a poll) is refused after max_repeats;
+a DOM taken with requests in flight or still starting is marked `unsettled`.
 """
 from __future__ import annotations
 
@@ -36,8 +40,36 @@ _DOM_BYTES_JS = "() => document.documentElement ? document.documentElement.outer
 # resolves once the page has drawn two frames and run a task after them: the intersection observers, scroll
 # handlers and rAF callbacks that a scroll or a response set off have run and sent their requests (250 ms at most,
 # for a page that draws no frames)
-_FRAMES_JS = ("() => new Promise(done => { setTimeout(done, 250);"
-              " requestAnimationFrame(() => requestAnimationFrame(() => setTimeout(done, 0))); })")
+_FRAMES_JS = ("() => new Promise(done => { const late = setTimeout(done, 250);"
+              " requestAnimationFrame(() => requestAnimationFrame(() => { clearTimeout(late); setTimeout(done, 0); }));"
+              " })")
+# Installed before the page's own scripts: remembers when each pending setTimeout will fire (cleared and fired ones
+# forgotten), so that the render can wait for a loader on a timer.  `__weblmTimersDue(ms)`: how long until the last
+# of those that fire within `ms` has fired (0: none).  Intervals are not tracked: a poll or a clock never ends.
+_TIMERS_JS = """(() => {
+  const due = new Map(), set = window.setTimeout, clear = window.clearTimeout;
+  const own = (name, value) => Object.defineProperty(window, name, {value, configurable: true, writable: true});
+  own('setTimeout', function (callback, ms, ...args) {
+    let id;
+    const run = typeof callback === 'function' ? function () { due.delete(id); return callback.apply(this, arguments); }
+                                               : callback;
+    id = set.call(window, run, ms, ...args);
+    due.set(id, performance.now() + (Number(ms) || 0));
+    return id;
+  });
+  own('clearTimeout', function (id) { due.delete(id); return clear.call(window, id); });
+  own('__weblmTimersDue', within => {
+    const now = performance.now();
+    let last = 0;
+    for (const [id, at] of due) {
+      if (at < now - 1000) due.delete(id);  // a string callback that ran
+      else if (at - now <= within) last = Math.max(last, at - now);
+    }
+    return last;
+  });
+})();"""
+_TIMERS_DUE_JS = ("([text_chars, within]) => !window.__weblmTimersDue || !document.body"
+                  " || document.body.innerText.length >= text_chars ? 0 : window.__weblmTimersDue(within)")
 
 
 @dataclass
@@ -208,6 +240,7 @@ class RenderPool:
         work = None
         try:
             page = await context.new_page()
+            await page.add_init_script(_TIMERS_JS)
             page.on("crash", lambda _: crashed.done() or crashed.set_result("renderer crashed (out of memory?)"))
             page.on("popup", lambda popup: self._close_popup(popup, result))
             page.on("download", lambda download: self._refuse_download(download, result))
@@ -285,15 +318,29 @@ class RenderPool:
         A request that starts or ends meanwhile (a loader on a timer, a loaded machine) is let land, and the page
         looked at again, `looks` times at most: the DOM is taken once it has its answer.  One that was in flight
         all along (a long poll, an event stream) is not waited for.  Either way, a DOM taken while requests are in
-        flight or still starting is `unsettled` (counted: their answers may be missing from it)."""
+        flight or still starting is `unsettled` (counted: their answers may be missing from it).
+        Once per render, a quiet page that still shows less text than spa_text_chars and has timers that fire
+        within timer_wait_s (a deferred loader, hydration on a timer) is let run them, settle and be looked at again;
+        later timers and intervals are not waited for, nor a page that shows its text (its timers are chrome: a
+        consent banner, a chat widget, a carousel)."""
+        timers_waited = False
         for _ in range(looks):
             ended, before = traffic.count, await page.evaluate(_DOM_BYTES_JS)
             await asyncio.sleep(self.cfg.settle_s)
             after = await page.evaluate(_DOM_BYTES_JS)
             if traffic.count == ended:
-                result.unsettled = traffic.in_flight > 0
                 # a clock or a counter ticking is not growth
-                return traffic.in_flight == 0 and after > before + max(10_000, before // 20)
+                growing = traffic.in_flight == 0 and after > before + max(10_000, before // 20)
+                if not (growing or timers_waited):
+                    timers_waited = True
+                    due_ms = await page.evaluate(_TIMERS_DUE_JS,
+                                                 [self.cfg.spa_text_chars, self.cfg.timer_wait_s * 1000])
+                    if due_ms > 0:
+                        await asyncio.sleep(due_ms / 1000 + 0.05)
+                        await self._settle(page, traffic)
+                        continue
+                result.unsettled = traffic.in_flight > 0
+                return growing
             await self._settle(page, traffic)
         result.unsettled = True   # still asking after every look: a poll, or a feed that never ends loading
         return False

@@ -113,6 +113,38 @@ def test_a_request_that_starts_after_the_page_went_quiet_still_lands_in_the_dom(
     assert b"Late arriving paragraph text." in result.html
 
 
+@pytest.mark.parametrize("after_ms", [700, 1500])
+def test_a_loader_on_a_timer_is_waited_for_but_not_one_set_far_ahead(pool, loop, web, after_ms):
+    # a deferred loader (a consent check, hydration when idle) fires well after the page went quiet; a slide
+    # change set 4 s ahead is past render.timer_wait_s and not waited for
+    web.generated.routes[("trouble.weblm.test", "/api/deferred.json")] = Response(
+        200, (("Content-Type", "application/json"),), b'{"text": "Deferred loader paragraph text."}')
+    page = ('<html><head><title>deferred</title></head><body><div id="root"></div><p id="slide">first</p><script>\n'
+            "setTimeout(() => fetch('/api/deferred.json').then(r => r.json()).then(d => {\n"
+            "  document.getElementById('root').textContent = d.text; }), %d);\n"
+            "setTimeout(() => { document.getElementById('slide').textContent = 'second'; }, 4000);\n"
+            "const cancelled = setTimeout(() => null, 1800); clearTimeout(cancelled);\n"
+            "</script></body></html>" % after_ms)
+    assert pool.cfg.timer_wait_s < 4 - after_ms / 1000
+    result = loop.run_until_complete(pool.render("http://trouble.weblm.test/deferred", page.encode(), 200,
+                                                 {"Content-Type": "text/html"}))
+    assert result.ok and result.subrequests == 1 and not result.unsettled, result.detail
+    assert b"Deferred loader paragraph text." in result.html
+    assert b">first<" in result.html
+
+
+def test_a_page_that_shows_its_text_is_not_held_for_its_timers(pool, loop, web):
+    # a chat widget or consent banner on a timer: the page's text is there already, the render does not wait
+    text = "Server rendered article sentence. " * (pool.cfg.spa_text_chars // 30)
+    page = ('<html><head><title>shown</title></head><body><p>%s</p><div id="widget"></div><script>\n'
+            "setTimeout(() => { document.getElementById('widget').textContent = 'Chat widget text'; }, 700);\n"
+            "</script></body></html>" % text)
+    result = loop.run_until_complete(pool.render("http://trouble.weblm.test/shown", page.encode(), 200,
+                                                 {"Content-Type": "text/html"}))
+    assert result.ok and b"Server rendered article sentence." in result.html
+    assert b'<div id="widget"></div>' in result.html   # still empty: its timer was not waited for
+
+
 def test_a_page_that_keeps_asking_is_rendered_and_counted_unsettled(pool, loop, web):
     # an analytics heartbeat: a POST every 50 ms, each refused at once (a render never posts), for as long as it runs
     page = ('<html><head><title>beat</title></head><body><div id="root"></div><script>\n'
