@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import json
 import signal
 import time
 
@@ -65,6 +66,18 @@ def render(pool, loop, web, url: str):
     return loop.run_until_complete(pool.render(url, answer.body, answer.status, dict(answer.headers)))
 
 
+def render_html(pool, loop, path: str, page: str, **kw):
+    """Render `page` as the trouble host's `path`, served as the crawl fetched it."""
+    return loop.run_until_complete(pool.render(f"http://trouble.weblm.test{path}", page.encode(), 200,
+                                               {"Content-Type": "text/html"}, **kw))
+
+
+def json_route(web, path: str, text: str, delay_seconds: float = 0.0) -> None:
+    """Serve {"text": text} at the trouble host's `path` (any query string)."""
+    web.generated.routes[("trouble.weblm.test", path)] = Response(
+        200, (("Content-Type", "application/json"),), json.dumps({"text": text}).encode(), delay_seconds=delay_seconds)
+
+
 @pytest.mark.parametrize("kind", ["js-csr", "js-spa", "js-scroll"])
 def test_a_page_whose_text_needs_javascript_gets_it_from_the_render(pool, loop, web, kind):
     truth = web.truth.by_kind(kind)[0]
@@ -101,14 +114,11 @@ def test_sub_requests_obey_robots_txt_and_the_host_delay_and_images_are_never_fe
 
 def test_a_request_that_starts_after_the_page_went_quiet_still_lands_in_the_dom(pool, loop, web):
     # a loader on a timer (a consent check, an idle callback) asks after the load settled; the answer takes a while
-    web.generated.routes[("trouble.weblm.test", "/api/late.json")] = Response(
-        200, (("Content-Type", "application/json"),), b'{"text": "Late arriving paragraph text."}',
-        delay_seconds=SETTLE * 0.75)
+    json_route(web, "/api/late.json", "Late arriving paragraph text.", delay_seconds=SETTLE * 0.75)
     page = ('<html><head><title>late</title></head><body><div id="root"></div><script>\n'
             "setTimeout(() => fetch('/api/late.json').then(r => r.json()).then(d => {\n"
             "  document.getElementById('root').textContent = d.text; }), 150);\n</script></body></html>")
-    result = loop.run_until_complete(pool.render("http://trouble.weblm.test/late", page.encode(), 200,
-                                                 {"Content-Type": "text/html"}))
+    result = render_html(pool, loop, "/late", page)
     assert result.ok and result.subrequests == 1 and not result.unsettled
     assert b"Late arriving paragraph text." in result.html
 
@@ -117,8 +127,7 @@ def test_a_request_that_starts_after_the_page_went_quiet_still_lands_in_the_dom(
 def test_a_loader_on_a_timer_is_waited_for_but_not_one_set_far_ahead(pool, loop, web, after_ms):
     # a deferred loader (a consent check, hydration when idle) fires well after the page went quiet; a slide
     # change set 4 s ahead is past render.timer_wait_s and not waited for
-    web.generated.routes[("trouble.weblm.test", "/api/deferred.json")] = Response(
-        200, (("Content-Type", "application/json"),), b'{"text": "Deferred loader paragraph text."}')
+    json_route(web, "/api/deferred.json", "Deferred loader paragraph text.")
     page = ('<html><head><title>deferred</title></head><body><div id="root"></div><p id="slide">first</p><script>\n'
             "setTimeout(() => fetch('/api/deferred.json').then(r => r.json()).then(d => {\n"
             "  document.getElementById('root').textContent = d.text; }), %d);\n"
@@ -126,8 +135,7 @@ def test_a_loader_on_a_timer_is_waited_for_but_not_one_set_far_ahead(pool, loop,
             "const cancelled = setTimeout(() => null, 1800); clearTimeout(cancelled);\n"
             "</script></body></html>" % after_ms)
     assert pool.cfg.timer_wait_s < 4 - after_ms / 1000
-    result = loop.run_until_complete(pool.render("http://trouble.weblm.test/deferred", page.encode(), 200,
-                                                 {"Content-Type": "text/html"}))
+    result = render_html(pool, loop, "/deferred", page)
     assert result.ok and result.subrequests == 1 and not result.unsettled, result.detail
     assert b"Deferred loader paragraph text." in result.html
     assert b">first<" in result.html
@@ -139,8 +147,7 @@ def test_a_page_that_shows_its_text_is_not_held_for_its_timers(pool, loop, web):
     page = ('<html><head><title>shown</title></head><body><p>%s</p><div id="widget"></div><script>\n'
             "setTimeout(() => { document.getElementById('widget').textContent = 'Chat widget text'; }, 700);\n"
             "</script></body></html>" % text)
-    result = loop.run_until_complete(pool.render("http://trouble.weblm.test/shown", page.encode(), 200,
-                                                 {"Content-Type": "text/html"}))
+    result = render_html(pool, loop, "/shown", page)
     assert result.ok and b"Server rendered article sentence." in result.html
     assert b'<div id="widget"></div>' in result.html   # still empty: its timer was not waited for
 
@@ -152,8 +159,7 @@ def test_a_page_that_keeps_asking_is_rendered_and_counted_unsettled(pool, loop, 
             "setInterval(() => fetch('/api/beat', {method: 'POST', body: 'x'}).catch(() => null), 50);\n"
             "</script></body></html>")
     before = pool.counters["renders_unsettled"]
-    result = loop.run_until_complete(pool.render("http://trouble.weblm.test/beat", page.encode(), 200,
-                                                 {"Content-Type": "text/html"}))
+    result = render_html(pool, loop, "/beat", page)
     assert result.ok and result.unsettled and b"Heartbeat page text" in result.html
     assert result.blocked["method"] >= 3 and result.subrequests == 0
     assert pool.counters["renders_unsettled"] == before + 1
@@ -163,15 +169,13 @@ def test_a_page_that_keeps_asking_is_rendered_and_counted_unsettled(pool, loop, 
                                  "'/api/status.json?t=' + Math.random()"])
 def test_a_page_that_polls_its_own_host_is_fetched_a_few_times_and_rendered_unsettled(pool, loop, web, ask):
     # a status poll every 100 ms, as is, or with a cache-buster: each poll would wait on the host delay without end
-    web.generated.routes[("trouble.weblm.test", "/api/status.json")] = Response(
-        200, (("Content-Type", "application/json"),), b'{"text": "Polled status paragraph text."}')
+    json_route(web, "/api/status.json", "Polled status paragraph text.")
     page = ('<html><head><title>poll</title></head><body><div id="root"></div><script>\n'
             "const poll = () => fetch(%s).then(r => r.json()).then(d => {\n"
             "  document.getElementById('root').textContent = d.text; }).catch(() => null);\n"
             "poll(); setInterval(poll, 100);\n</script></body></html>" % ask)
     web.hits.clear()
-    result = loop.run_until_complete(pool.render("http://trouble.weblm.test/poll", page.encode(), 200,
-                                                 {"Content-Type": "text/html"}))
+    result = render_html(pool, loop, "/poll", page)
     assert result.ok and result.unsettled, result.detail
     assert b"Polled status paragraph text." in result.html
     polls = web.hits.count("trouble.weblm.test", "/api/status.json")
@@ -182,14 +186,12 @@ def test_a_page_that_polls_its_own_host_is_fetched_a_few_times_and_rendered_unse
 def test_a_poll_that_escapes_the_repeat_rule_still_ends_as_an_unsettled_render_not_a_timeout(pool, loop, web):
     # each poll asks for a new sequence number: no repeat; its waits on the host delay are free only up to half the
     # render's time, then count against settling like any wait
-    web.generated.routes[("trouble.weblm.test", "/api/tick.json")] = Response(
-        200, (("Content-Type", "application/json"),), b'{"text": "Ticking page paragraph text."}')
+    json_route(web, "/api/tick.json", "Ticking page paragraph text.")
     page = ('<html><head><title>tick</title></head><body><div id="root"></div><script>\n'
             "let n = 0; const poll = () => fetch('/api/tick.json?seq=' + (n++)).then(r => r.json()).then(d => {\n"
             "  document.getElementById('root').textContent = d.text; }).catch(() => null);\n"
             "poll(); setInterval(poll, 100);\n</script></body></html>")
-    result = loop.run_until_complete(pool.render("http://trouble.weblm.test/tick", page.encode(), 200,
-                                                 {"Content-Type": "text/html"}, timeout_s=6))
+    result = render_html(pool, loop, "/tick", page, timeout_s=6)
     assert result.ok and result.unsettled, result.detail
     assert b"Ticking page paragraph text." in result.html
     assert result.subrequests >= 3 and not result.blocked["repeat"]
@@ -259,8 +261,7 @@ def test_the_sub_request_budget_counts_requests_let_through_not_only_those_alrea
     cfg = pool.cfg
     pool.cfg = dataclasses.replace(cfg, max_subrequests=3)
     try:
-        result = loop.run_until_complete(pool.render("http://trouble.weblm.test/many", page.encode(), 200,
-                                                     {"Content-Type": "text/html"}))
+        result = render_html(pool, loop, "/many", page)
     finally:
         pool.cfg = cfg
     assert result.ok and result.subrequests == 3 and result.blocked["budget"] == 5
