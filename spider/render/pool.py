@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 import re
+import time
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -445,7 +445,8 @@ def _get(url: str, proxy: str, user_agent: str, limit: int = 512_000) -> tuple[i
 
 def _asked_as(url: str, now: float | None = None) -> str:
     """The URL without its cache-busters: a query parameter named `_` (jQuery's cache: false), a random fraction, or
-    a Unix time in seconds or milliseconds within a day of now.  Other parameters (a page, a cursor) stay."""
+    a Unix time in seconds or milliseconds within a day of now.  Other parameters (a page, a cursor) stay.
+    By hand: w3lib's url_query_cleaner drops parameters by name only, and a cache-buster is known by its value."""
     parts = urllib.parse.urlsplit(url)
     if not parts.query:
         return url
