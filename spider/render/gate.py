@@ -49,11 +49,14 @@ class SubrequestGate:
         return robots.allowed(url, self.user_agent)
 
     async def _load_robots(self, origin: str, fetch_robots: RobotsFetch) -> Robots:
+        """One robots.txt fetch per host, however many sub-requests wait on it.  It runs as its own task: a waiter
+        cancelled (its render ended) does not cancel it for the others."""
         pending = self._robots_pending.get(origin)
-        if pending is not None:  # one robots.txt fetch per host, however many sub-requests wait on it
-            return await asyncio.shield(pending)
-        future = asyncio.get_running_loop().create_future()
-        self._robots_pending[origin] = future
+        if pending is None:
+            pending = self._robots_pending[origin] = asyncio.ensure_future(self._fetch_robots(origin, fetch_robots))
+        return await asyncio.shield(pending)
+
+    async def _fetch_robots(self, origin: str, fetch_robots: RobotsFetch) -> Robots:
         now = time.time()
         try:
             await self.wait_turn(urlsplit(origin).hostname or "")
@@ -61,10 +64,10 @@ class SubrequestGate:
             record = from_answer(status, body, now, self.robots_ttl_s, self.robots_error_ttl_s, self.robots_max_bytes)
         except Exception as exc:  # noqa: BLE001  (unreachable robots.txt: RFC 9309 §2.3.1.4, disallow for a while)
             record = from_error(type(exc).__name__, now, self.robots_ttl_s, self.robots_error_ttl_s)
+        finally:
+            del self._robots_pending[origin]
         self.counters["robots_fetched"] += 1
         robots = self._robots[origin] = parse(record)
-        future.set_result(robots)
-        del self._robots_pending[origin]
         return robots
 
     async def wait_turn(self, host: str) -> float:

@@ -237,6 +237,7 @@ class RenderPool:
                                             proxy={"server": self.proxy} if self.proxy else None)
         crashed = asyncio.get_running_loop().create_future()
         traffic = _Traffic(free_hold_s=timeout_s / 2)
+        routing: dict[asyncio.Task, _Hold] = {}   # sub-requests being routed, held while they wait on the crawl
         work = None
         try:
             page = await context.new_page()
@@ -249,10 +250,18 @@ class RenderPool:
 
             async def route(r):
                 hold = _Hold(traffic)
+                task = asyncio.ensure_future(self._route(r, url, body, status, page_headers, result, hold, traffic))
+                routing[task] = hold
                 try:
-                    await self._route(r, url, body, status, page_headers, result, hold, traffic)
+                    await asyncio.wait({task})  # cancelled when the render ends first: not an error of the route
                 finally:
                     hold.release()
+                    routing.pop(task, None)
+                    task.cancel()
+                if task.cancelled():   # answered, or Playwright's route task would wait for an answer for ever
+                    await _quietly(r.abort("blockedbyclient"))
+                else:
+                    task.result()
 
             await context.route("**/*", route)
             # requests in flight, from the page's first sight of them (robots.txt and host-delay waits included)
@@ -271,6 +280,11 @@ class RenderPool:
                 work.cancel()  # timed out or crashed: stop waiting on the page
             if work is not None:
                 work.add_done_callback(lambda t: t.cancelled() or t.exception())  # retrieved: no warning
+            # the page is done with: what it still waits to ask is dropped (counted), or each would hold its host's
+            # turn for a delay, and the next render on that host would wait behind them
+            for task, hold in list(routing.items()):
+                result.blocked["unsent"] += hold.on
+                task.cancel()
             try:
                 await asyncio.wait_for(context.close(), 5)
             except Exception:  # noqa: BLE001  (a crashed browser's contexts are gone already)
