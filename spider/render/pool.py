@@ -283,7 +283,8 @@ class RenderPool:
             # the page is done with: what it still waits to ask is dropped (counted), or each would hold its host's
             # turn for a delay, and the next render on that host would wait behind them
             for task, hold in list(routing.items()):
-                result.blocked["unsent"] += hold.on
+                if hold.on:
+                    result.blocked["unsent"] += 1
                 task.cancel()
             try:
                 await asyncio.wait_for(context.close(), 5)
