@@ -27,6 +27,7 @@ if TYPE_CHECKING:
 JS_ROLES = ("app", "spa", "feed", "trouble")
 NEEDS_RENDER_KINDS = ("js-csr", "js-spa", "js-scroll")
 HANG_SECONDS = 120.0  # the never-loading page's script: far beyond any render timeout
+DEFERRED_MS = 1200    # one app page's loader waits this long: past a render's first quiet look, within timer_wait_s
 _ANALYTICS = "<script>window.dataLayer = window.dataLayer || []; window.dataLayer.push({page: location.pathname});</script>"
 _BUILD = """function build(root, d) {
   const h = document.createElement('h1'); h.textContent = d.title; root.appendChild(h);
@@ -93,7 +94,8 @@ def _home(web: "GeneratedWeb", host: str, name: str, links: list[Link]) -> None:
 
 
 def _app(web: "GeneratedWeb", host: str, n: int) -> None:
-    """Client-side rendering: the shell fetches /api/items/<i>.json and builds the article from it."""
+    """Client-side rendering: the shell fetches /api/items/<i>.json and builds the article from it.  The last item
+    defers its fetch by DEFERRED_MS, as pages that load once idle or after a consent check do."""
     links = []
     for i in range(n):
         title, paragraphs = _article(web, host, i)
@@ -101,12 +103,14 @@ def _app(web: "GeneratedWeb", host: str, n: int) -> None:
         nxt = Link(f"http://{host}/items/{(i + 1) % n}", "Next item")
         web.routes[(host, f"/api/items/{i}.json")] = _json(
             {"title": title, "paragraphs": paragraphs, "links": [{"href": nxt.href, "text": nxt.text}]})
+        load = f"fetch('/api/items/{i}.json').then(r => r.json()).then(d => build(document.getElementById('app'), d))"
+        if i == n - 1:
+            load = f"setTimeout(() => {load}, {DEFERRED_MS})"
         body = ('<div id="app"></div>\n<noscript>You need to enable JavaScript to run this app.</noscript>\n'
-                f"<script>{_BUILD}\nfetch('/private-api/track.json').catch(() => null);\n"
-                f"fetch('/api/items/{i}.json').then(r => r.json()).then(d => build(document.getElementById('app'), d));"
-                "</script>")
-        web.add(PageTruth(url, host, 200, "js-csr", title, "en", "\n\n".join(paragraphs),
-                          note="client-side rendering from a JSON endpoint"), html_response(_shell(title, body)))
+                f"<script>{_BUILD}\nfetch('/private-api/track.json').catch(() => null);\n{load};</script>")
+        note = "client-side rendering from a JSON endpoint" + (f", fetched {DEFERRED_MS} ms after load" * (i == n - 1))
+        web.add(PageTruth(url, host, 200, "js-csr", title, "en", "\n\n".join(paragraphs), note=note),
+                html_response(_shell(title, body)))
         links.append(Link(url, title))
     web.routes[(host, "/private-api/track.json")] = _json({"tracked": True})
     _home(web, host, "Weblm App", links)

@@ -100,6 +100,7 @@ class RenderMiddleware:
         fields = {"Ms": str(round(result.seconds * 1000)), "Subrequests": str(result.subrequests),
                   "Subrequest-Bytes": str(result.subrequest_bytes), "Reason": decision.reason,
                   "Text-Gained": str(gained), "Unsettled": "true" if result.unsettled else "",
+                  "Timer-Wait-Ms": str(result.timer_wait_ms) if result.timer_wait_ms else "",
                   "Blocked": ",".join(f"{k}={v}" for k, v in sorted(result.blocked.items()))}
         return {name: value for name, value in fields.items() if value}
 
@@ -109,6 +110,9 @@ class RenderMiddleware:
             self.stats.inc_value("weblm/render/ok")
             if result.unsettled:   # kept, but taken with requests in flight or still starting
                 self.stats.inc_value("weblm/render/unsettled")
+            if result.timer_wait_ms:   # kept after waiting for the page's timers (a deferred loader)
+                self.stats.inc_value("weblm/render/timer_waits")
+                self.stats.inc_value("weblm/render/timer_wait_ms", result.timer_wait_ms)
         else:
             self.stats.inc_value(f"weblm/render/failed/{result.failure}")
         self.stats.inc_value("weblm/render/subrequests", result.subrequests)

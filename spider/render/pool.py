@@ -86,6 +86,7 @@ class RenderResult:
     downloads: int = 0
     attempts: int = 1
     unsettled: bool = False           # the DOM was taken with requests in flight or starting: answers may be missing
+    timer_wait_ms: int = 0            # waited for the page's timers (a deferred loader) before the DOM was taken
 
     @property
     def ok(self) -> bool:
@@ -222,6 +223,7 @@ class RenderPool:
             self.counters["renders"] += 1
             self.counters["renders_ok" if result.ok else f"failed/{result.failure}"] += 1
             self.counters["renders_unsettled"] += result.ok and result.unsettled
+            self.counters["timer_waits"] += result.ok and result.timer_wait_ms > 0
             self.counters["subrequests"] += result.subrequests
             self.counters["subrequest_bytes"] += result.subrequest_bytes
             for reason, n in result.blocked.items():
@@ -351,6 +353,7 @@ class RenderPool:
                     due_ms = await page.evaluate(_TIMERS_DUE_JS,
                                                  [self.cfg.spa_text_chars, self.cfg.timer_wait_s * 1000])
                     if due_ms > 0:
+                        result.timer_wait_ms = round(due_ms)
                         await asyncio.sleep(due_ms / 1000 + 0.05)
                         await self._settle(page, traffic)
                         continue

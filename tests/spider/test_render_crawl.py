@@ -55,8 +55,13 @@ def test_each_rendered_dom_is_a_conversion_record_that_refers_to_the_untouched_r
             assert first not in visible_text(lxml.html.document_fromstring(original["raw"]))   # stored as fetched
             assert int(h.get_header("WARC-X-Render-Subrequests")) >= 1
             assert h.get_header("WARC-X-Render-Unsettled") is None   # every request the page made had landed
+            deferred = "after load" in truth.note                   # its loader runs on a timer (localweb)
+            assert bool(h.get_header("WARC-X-Render-Timer-Wait-Ms")) == deferred, (url, truth.note)
     unsettled = [c for c in conversions if c["headers"].get_header("WARC-X-Render-Unsettled") == "true"]
     assert len(unsettled) == run.stats["render"].get("unsettled", 0)   # counted as written
+    waited = [int(c["headers"].get_header("WARC-X-Render-Timer-Wait-Ms") or 0) for c in conversions]
+    assert sum(w > 0 for w in waited) == run.stats["render"].get("timer_waits", 0) >= 1
+    assert sum(waited) == run.stats["render"].get("timer_wait_ms", 0)
     hostile = {u for u in web.truth if web.truth[u].kind == "js-hostile"}
     kept = {r["headers"].get_header("WARC-Target-URI") for r in responses.values()}
     assert hostile <= kept   # failed renders: the plain HTML is archived all the same

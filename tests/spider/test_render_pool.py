@@ -139,6 +139,7 @@ def test_a_loader_on_a_timer_is_waited_for_but_not_one_set_far_ahead(pool, loop,
     assert result.ok and result.subrequests == 1 and not result.unsettled, result.detail
     assert b"Deferred loader paragraph text." in result.html
     assert b">first<" in result.html
+    assert 0 < result.timer_wait_ms <= after_ms        # counted: the DOM holds what a timer set off
 
 
 def test_a_page_that_shows_its_text_is_not_held_for_its_timers(pool, loop, web):
@@ -150,6 +151,7 @@ def test_a_page_that_shows_its_text_is_not_held_for_its_timers(pool, loop, web):
     result = render_html(pool, loop, "/shown", page)
     assert result.ok and b"Server rendered article sentence." in result.html
     assert b'<div id="widget"></div>' in result.html   # still empty: its timer was not waited for
+    assert result.timer_wait_ms == 0
 
 
 def test_a_page_that_keeps_asking_is_rendered_and_counted_unsettled(pool, loop, web):
