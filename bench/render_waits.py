@@ -22,8 +22,10 @@ Measured (2026-12-06, this project's 2-core machine, conf's settings: 1 s delay,
 | cache-buster | 5.5 | ok, unsettled | yes | 3 | 51 repeat |
 | new URL each time | 11.3 | ok, unsettled | yes | 11 | 61 budget, 39 unsent |
 | next render on the host | 1.8 | ok | yes | 1 | none |
-Before 39c0ad3 each poll was a timeout at the 15 s limit, and before 2bc2397 the next render on the host took 8.8 s
-and lost its text: it waited behind the poller's queued sub-requests (a scratch run of this script's pages).
+On the pool of e605975 (before this script's fixes; pool.py and gate.py of that commit, the rest as here) all four
+renders were timeouts at 15.0 s with no text: the first poll sent 13 sub-requests, the others 0, queued behind the
+sub-requests the renders before them had left waiting on the host's delay.  With the poll rules but not the drop of
+those leftovers (1432321, a scratch run of the same pages), the next render on the host took 8.8 s and lost its text.
 Timers on 40 real pages: mean 2.18 s a render with timer_wait_s 0, 2.16 s with 2.0 (medians 2.06 / 2.07), no
 failures, the same 779,630 characters of text: a page that already shows its text is not held for its timers.
 Without that rule (a scratch run over another 40 pages) the mean went 2.11 -> 2.61 s with no text gained.
