@@ -89,6 +89,22 @@ And two for product pages (2026-12-05, scratch runs over this script's cached ou
   +0.003 on mixed pages at most.
 - the job's text cut after K words where the hinted type is product: K = 150,
   300, 600, 1,000 give mixed 0.742, 0.759, 0.773, 0.778 against the job's 0.778.
+
+And rs-trafilatura's own confidence (2026-12-06, a scratch run, not kept): the `extraction_quality` its result carries
+(0.3 to 1.0 on dev; a median of 1.0) ranks the pages by the job's F1 hardly at all: Spearman 0.09 on articles, 0.01
+forum, 0.39 product, 0.36 collection, 0.13 listing, 0.13 documentation, 0.33 service.  Giving the pages it scores
+under t = 0.3 to 0.7 (1 to 59 pages) to trafilatura (with or without comments) or resiliparse instead moves articles
+/ mixed from 0.947 / 0.778 by -0.002 to +0.001.  No-go.
+
+How far an editor that only drops lines could go (2026-12-06, a scratch run): dropping each line of the job's text
+whose words are under half in the truth (spent in page order), knowing the truth, gives articles 0.978 (P 0.983) and
+mixed 0.852 (P 0.908).  So on articles a perfect deletion alone would pass 0.97, where the models above reach 0.953 as
+whole-page classifiers; on mixed pages no deletion reaches 0.90 without the lines the job misses.  A learned one
+(jobs.text.line_model's features over the job's own lines, resiliparse and trafilatura as the other sources, labels
+"consumed" over the job's lines alone, so no copy from another extractor competes; 5 folds by host, WCXB dev
+articles): dropping lines under P = 0.05, 0.1, 0.2, 0.3, 0.5 gives 0.947, 0.947, 0.947, 0.947, 0.943 (P 0.932 to
+0.944, R 0.980 to 0.959) against 0.947.  The lines the truth leaves out of articles are mostly mid-text (9,500 of
+10,690), and read like the text around them.  No-go.
 """
 from __future__ import annotations
 
