@@ -43,26 +43,37 @@ _DOM_BYTES_JS = "() => document.documentElement ? document.documentElement.outer
 _FRAMES_JS = ("() => new Promise(done => { const late = setTimeout(done, 250);"
               " requestAnimationFrame(() => requestAnimationFrame(() => { clearTimeout(late); setTimeout(done, 0); }));"
               " })")
-# Installed before the page's own scripts: remembers when each pending setTimeout will fire (cleared and fired ones
-# forgotten), so that the render can wait for a loader on a timer.  `__weblmTimersDue(ms)`: how long until the last
-# of those that fire within `ms` has fired (0: none).  Intervals are not tracked: a poll or a clock never ends.
+# Installed before the page's own scripts: remembers when each pending setTimeout and the next run of each
+# setInterval will fire (cleared and fired timeouts forgotten), so that the render can wait for a loader on a timer,
+# or on an interval that checks until it can load.  `__weblmTimersDue(ms)`: how long until the last of those that
+# fire within `ms` has fired (0: none).  A poll or a clock on an interval is waited for once, up to its next run.
 _TIMERS_JS = """(() => {
-  const due = new Map(), set = window.setTimeout, clear = window.clearTimeout;
+  const due = new Map(), period = new Map(), setT = window.setTimeout, setI = window.setInterval;
+  const clearT = window.clearTimeout, clearI = window.clearInterval;
   const own = (name, value) => Object.defineProperty(window, name, {value, configurable: true, writable: true});
-  own('setTimeout', function (callback, ms, ...args) {
+  const track = (set, repeat) => function (callback, ms, ...args) {
     let id;
-    const run = typeof callback === 'function' ? function () { due.delete(id); return callback.apply(this, arguments); }
-                                               : callback;
+    const every = Math.max(Number(ms) || 0, 4);  // a browser runs an interval no faster than every 4 ms
+    const run = typeof callback !== 'function' ? callback : function () {
+      if (repeat && period.has(id)) due.set(id, performance.now() + every); else due.delete(id);
+      return callback.apply(this, arguments);
+    };
     id = set.call(window, run, ms, ...args);
     due.set(id, performance.now() + (Number(ms) || 0));
+    if (repeat) period.set(id, every);
     return id;
-  });
-  own('clearTimeout', function (id) { due.delete(id); return clear.call(window, id); });
+  };
+  // setTimeout and setInterval share one id space: either clear ends either, as in a browser
+  const forget = clear => function (id) { due.delete(id); period.delete(id); return clear.call(window, id); };
+  own('setTimeout', track(setT, false));
+  own('setInterval', track(setI, true));
+  own('clearTimeout', forget(clearT));
+  own('clearInterval', forget(clearI));
   own('__weblmTimersDue', within => {
     const now = performance.now();
     let last = 0;
     for (const [id, at] of due) {
-      if (at < now - 1000) due.delete(id);  // a string callback that ran
+      if (at < now - 1000 && !period.has(id)) due.delete(id);  // a string callback that ran
       else if (at - now <= within) last = Math.max(last, at - now);
     }
     return last;
@@ -309,7 +320,7 @@ class RenderPool:
             if grown == height:
                 break  # the scroll loaded nothing: the page is whole
             height = grown
-        if await self._grows_by_itself(page, traffic, result):
+        if await self._watch_until_taken(page, traffic, result):  # True: it grows by itself
             result.failure = "endless"
             result.detail = "the DOM keeps growing with no request to explain it (an endless feed or a runaway script)"
             return
@@ -330,35 +341,40 @@ class RenderPool:
             await asyncio.sleep(0.025)
         return traffic.count != seen
 
-    async def _grows_by_itself(self, page, traffic: "_Traffic", result: RenderResult, looks: int = 3) -> bool:
-        """True when the DOM grows over settle_s while no request starts or ends: timers feeding it without end.
+    async def _watch_until_taken(self, page, traffic: "_Traffic", result: RenderResult, looks: int = 3) -> bool:
+        """Watch the loaded page until its DOM may be taken: what is still coming is let land, what never ends is not
+        waited for, and the result says which (`unsettled`, `timer_wait_ms`).
+        True when the DOM grows over settle_s while no request starts or ends: timers feeding it without end.
         A request that starts or ends meanwhile (a loader on a timer, a loaded machine) is let land, and the page
         looked at again, `looks` times at most: the DOM is taken once it has its answer.  One that was in flight
         all along (a long poll, an event stream) is not waited for.  Either way, a DOM taken while requests are in
         flight or still starting is `unsettled` (counted: their answers may be missing from it).
-        Once per render, a quiet page that still shows less text than spa_text_chars and has timers that fire
-        within timer_wait_s (a deferred loader, hydration on a timer) is let run them, settle and be looked at again;
-        later timers and intervals are not waited for, nor a page that shows its text (its timers are chrome: a
-        consent banner, a chat widget, a carousel)."""
-        timers_waited = False
-        for _ in range(looks):
+        A quiet page that still shows less text than spa_text_chars and has timers that fire within timer_wait_s of
+        its first quiet look (a deferred loader, hydration on a timer, an interval that checks until it may load) is
+        let run them, settle and be looked at again, until it shows its text or has no timer due by then; later
+        timers are not waited for, nor a page that shows its text (its timers are chrome: a consent banner, a chat
+        widget, a carousel)."""
+        timers_until, looked = None, 0   # timers are waited for until timer_wait_s after the first quiet look
+        while looked < looks:
             ended, before = traffic.count, await page.evaluate(_DOM_BYTES_JS)
             await asyncio.sleep(self.cfg.settle_s)
             after = await page.evaluate(_DOM_BYTES_JS)
             if traffic.count == ended:
                 # a clock or a counter ticking is not growth
                 growing = traffic.in_flight == 0 and after > before + max(10_000, before // 20)
-                if not (growing or timers_waited):
-                    timers_waited = True
-                    due_ms = await page.evaluate(_TIMERS_DUE_JS,
-                                                 [self.cfg.spa_text_chars, self.cfg.timer_wait_s * 1000])
-                    if due_ms > 0:
-                        result.timer_wait_ms = round(due_ms)
+                if timers_until is None:
+                    timers_until = time.monotonic() + self.cfg.timer_wait_s
+                within_ms = (timers_until - time.monotonic()) * 1000
+                if not growing and within_ms > 0:
+                    due_ms = await page.evaluate(_TIMERS_DUE_JS, [self.cfg.spa_text_chars, within_ms])
+                    if due_ms > 0:   # then look again, without using up a look: timers_until bounds these waits
+                        result.timer_wait_ms += round(due_ms)
                         await asyncio.sleep(due_ms / 1000 + 0.05)
                         await self._settle(page, traffic)
                         continue
                 result.unsettled = traffic.in_flight > 0
                 return growing
+            looked += 1
             await self._settle(page, traffic)
         result.unsettled = True   # still asking after every look: a poll, or a feed that never ends loading
         return False
@@ -463,14 +479,18 @@ def _get(url: str, proxy: str, user_agent: str, limit: int = 512_000) -> tuple[i
 
 def _asked_as(url: str, now: float | None = None) -> str:
     """The URL without its cache-busters: a query parameter named `_` (jQuery's cache: false), a random fraction, or
-    a Unix time in seconds or milliseconds within a day of now.  Other parameters (a page, a cursor) stay.
+    a Unix time in seconds or milliseconds within a day of now, as a parameter's value or as a bare query
+    (`?1733450000`, `?0.8472910385`).  Other parameters (a page, a cursor) stay.
     By hand: w3lib's url_query_cleaner drops parameters by name only, and a cache-buster is known by its value."""
     parts = urllib.parse.urlsplit(url)
     if not parts.query:
         return url
     now = time.time() if now is None else now
-    kept = [(k, v) for k, v in urllib.parse.parse_qsl(parts.query, keep_blank_values=True)
-            if not (k == "_" or _RANDOM.fullmatch(v) or _is_now(v, now))]
+    busts = lambda value: bool(_RANDOM.fullmatch(value)) or _is_now(value, now)  # noqa: E731
+    pairs = urllib.parse.parse_qsl(parts.query, keep_blank_values=True)
+    kept = [(k, v) for k, v in pairs if not (k == "_" or busts(v) or (not v and busts(k)))]
+    if len(kept) == len(pairs):
+        return url   # as asked: urlencode would write a bare `?q` as `?q=`
     return urllib.parse.urlunsplit(parts._replace(query=urllib.parse.urlencode(kept), fragment=""))
 
 

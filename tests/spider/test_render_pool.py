@@ -142,6 +142,27 @@ def test_a_loader_on_a_timer_is_waited_for_but_not_one_set_far_ahead(pool, loop,
     assert 0 < result.timer_wait_ms <= after_ms        # counted: the DOM holds what a timer set off
 
 
+@pytest.mark.parametrize("clock", [False, True])
+def test_a_loader_on_an_interval_is_waited_for_run_after_run(pool, loop, web, clock):
+    # a loader that checks every 500 ms whether it may load (a consent flag, a script of its own), loads on its
+    # third run and clears itself; a clock ticking on an interval beside it holds the render no longer than that
+    json_route(web, "/api/checked.json", "Interval loader paragraph text.")
+    page = ('<html><head><title>interval</title></head><body><div id="root"></div><p id="clock">0</p><script>\n'
+            "let runs = 0;\n"
+            "const check = setInterval(() => { if (++runs < 3) return; clearInterval(check);\n"
+            "  fetch('/api/checked.json').then(r => r.json()).then(d => {\n"
+            "    document.getElementById('root').textContent = d.text; }); }, 500);\n"
+            + ("setInterval(() => { document.getElementById('clock').textContent = String(Date.now()); }, 300);\n"
+               if clock else "") + "</script></body></html>")
+    assert pool.cfg.timer_wait_s > 1.5
+    result = render_html(pool, loop, f"/interval-{clock}", page)
+    assert result.ok and result.subrequests == 1, result.detail
+    assert b"Interval loader paragraph text." in result.html
+    assert 0 < result.timer_wait_ms <= 1000 * pool.cfg.timer_wait_s
+    if clock:   # waited for the clock until timer_wait_s after the first quiet look, no longer
+        assert result.seconds < pool.cfg.timer_wait_s + 2 * SETTLE + 2.0
+
+
 def test_a_page_that_shows_its_text_is_not_held_for_its_timers(pool, loop, web):
     # a chat widget or consent banner on a timer: the page's text is there already, the render does not wait
     text = "Server rendered article sentence. " * (pool.cfg.spa_text_chars // 30)
@@ -261,8 +282,11 @@ def test_a_cache_buster_is_not_a_new_url_but_a_page_or_a_cursor_is():
     assert _asked_as("http://h.test/api/s.json?t=0.8472910385", now) == "http://h.test/api/s.json"
     assert _asked_as(f"http://h.test/api/s.json?ts={int(now * 1000) - 5_000}", now) == "http://h.test/api/s.json"
     assert _asked_as(f"http://h.test/api/s.json?ts={int(now) + 60}", now) == "http://h.test/api/s.json"
+    assert _asked_as(f"http://h.test/api/s.json?{int(now)}", now) == "http://h.test/api/s.json"   # a bare query
+    assert _asked_as("http://h.test/api/s.json?0.8472910385&page=2", now) == "http://h.test/api/s.json?page=2"
     for kept in ("http://h.test/api/feed.json?page=2", "http://h.test/api/feed.json?cursor=0.5",
-                 "http://h.test/item?id=1234567890", "http://h.test/api/s.json"):   # an id is no clock of today
+                 "http://h.test/item?id=1234567890", "http://h.test/api/s.json",   # an id is no clock of today
+                 "http://h.test/item?1234567890", "http://h.test/search?q"):
         assert _asked_as(kept, now) == kept
 
 
