@@ -104,7 +104,14 @@ whole-page classifiers; on mixed pages no deletion reaches 0.90 without the line
 "consumed" over the job's lines alone, so no copy from another extractor competes; 5 folds by host, WCXB dev
 articles): dropping lines under P = 0.05, 0.1, 0.2, 0.3, 0.5 gives 0.947, 0.947, 0.947, 0.947, 0.943 (P 0.932 to
 0.944, R 0.980 to 0.959) against 0.947.  The lines the truth leaves out of articles are mostly mid-text (9,500 of
-10,690), and read like the text around them.  No-go.
+10,690), and read like the text around them.  The same editor trained and scored on the mixed pages: 0.776, 0.776,
+0.773, 0.764, 0.744 against 0.778 (precision 0.774 to 0.784 against 0.776): the lines it drops are as often main text.
+No-go.
+
+Words glued across tags (2026-12-06, a scratch run of the job's `main_text` on WCXB dev): rs-trafilatura joins
+adjacent inline elements without a space ("HardcoverEUR9.33"), which a browser's CSS may show apart.  A space after
+every tag followed by another tag (`>` + `<` -> `> <`) before extraction gives 0.946 / 0.777 against 0.947 / 0.778
+(products 0.684 -> 0.672; collections +0.004, listings +0.002).  No-go.
 """
 from __future__ import annotations
 
