@@ -344,7 +344,9 @@ class RenderPool:
     async def _watch_until_taken(self, page, traffic: "_Traffic", result: RenderResult, looks: int = 3) -> bool:
         """Watch the loaded page until its DOM may be taken: what is still coming is let land, what never ends is not
         waited for, and the result says which (`unsettled`, `timer_wait_ms`).
-        True when the DOM grows over settle_s while no request starts or ends: timers feeding it without end.
+        True when the DOM grows over settle_s while no request starts or ends, twice in a row (or on the last look):
+        timers feeding it without end; once is a timer's one insertion (a deferred loader), and the page is looked at
+        again.
         A request that starts or ends meanwhile (a loader on a timer, a loaded machine) is let land, and the page
         looked at again, `looks` times at most: the DOM is taken once it has its answer.  One that was in flight
         all along (a long poll, an event stream) is not waited for.  Either way, a DOM taken while requests are in
@@ -354,28 +356,38 @@ class RenderPool:
         let run them, settle and be looked at again, until it shows its text or has no timer due by then; later
         timers are not waited for, nor a page that shows its text (its timers are chrome: a consent banner, a chat
         widget, a carousel)."""
-        timers_until, looked = None, 0   # timers are waited for until timer_wait_s after the first quiet look
+        looked, grew = 0, False
+        timers_until = None   # timers are waited for until timer_wait_s after the first quiet look
         while looked < looks:
             ended, before = traffic.count, await page.evaluate(_DOM_BYTES_JS)
             await asyncio.sleep(self.cfg.settle_s)
             after = await page.evaluate(_DOM_BYTES_JS)
+            looked += 1
             if traffic.count == ended:
                 # a clock or a counter ticking is not growth
-                growing = traffic.in_flight == 0 and after > before + max(10_000, before // 20)
+                if traffic.in_flight == 0 and after > before + max(10_000, before // 20):
+                    if grew:
+                        return True
+                    grew = True   # once may be a timer's one insertion (a deferred loader): it must grow again
+                    continue
+                grew = False
                 if timers_until is None:
                     timers_until = time.monotonic() + self.cfg.timer_wait_s
                 within_ms = (timers_until - time.monotonic()) * 1000
-                if not growing and within_ms > 0:
+                if within_ms > 0:
                     due_ms = await page.evaluate(_TIMERS_DUE_JS, [self.cfg.spa_text_chars, within_ms])
                     if due_ms > 0:   # then look again, without using up a look: timers_until bounds these waits
+                        looked -= 1
                         result.timer_wait_ms += round(due_ms)
                         await asyncio.sleep(due_ms / 1000 + 0.05)
                         await self._settle(page, traffic)
                         continue
                 result.unsettled = traffic.in_flight > 0
-                return growing
-            looked += 1
+                return False
+            grew = False
             await self._settle(page, traffic)
+        if grew:
+            return True   # grew on the last look allowed, with no request to explain it
         result.unsettled = True   # still asking after every look: a poll, or a feed that never ends loading
         return False
 

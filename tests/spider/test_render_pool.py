@@ -163,6 +163,25 @@ def test_a_loader_on_an_interval_is_waited_for_run_after_run(pool, loop, web, cl
         assert result.seconds < pool.cfg.timer_wait_s + 2 * SETTLE + 2.0
 
 
+def test_a_timer_that_fills_the_page_once_while_it_is_looked_at_is_no_endless_page(pool, loop, web):
+    # a loader that renders inline data on a timer, once, with no request: when that lands while the render watches
+    # the DOM for growth, its one insertion (40 KB) must not read as a feed growing without end.  So that it lands
+    # there every time, the page sets its timer when the render first measures its DOM (50 ms into a look).
+    page = ('<html><head><title>once</title></head><body><div id="root"></div><script>\n'
+            "const block = ('<p>Inline data ' + 'paragraph text, rendered once. </p>').repeat(800);\n"
+            "const real = Object.getOwnPropertyDescriptor(Element.prototype, 'outerHTML');\n"
+            "let armed = true;\n"
+            "Object.defineProperty(document.documentElement, 'outerHTML', {configurable: true, get() {\n"
+            "  if (armed) { armed = false;\n"
+            "    setTimeout(() => { document.getElementById('root').innerHTML = block; }, 50); }\n"
+            "  return real.get.call(this); }});\n"
+            "</script></body></html>")
+    assert SETTLE > 0.1
+    result = render_html(pool, loop, "/once", page)
+    assert result.ok, (result.failure, result.detail)
+    assert result.html.count(b"Inline data paragraph text") == 800
+
+
 def test_a_page_that_shows_its_text_is_not_held_for_its_timers(pool, loop, web):
     # a chat widget or consent banner on a timer: the page's text is there already, the render does not wait
     text = "Server rendered article sentence. " * (pool.cfg.spa_text_chars // 30)
