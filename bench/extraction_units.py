@@ -112,6 +112,15 @@ Words glued across tags (2026-12-06, a scratch run of the job's `main_text` on W
 adjacent inline elements without a space ("HardcoverEUR9.33"), which a browser's CSS may show apart.  A space after
 every tag followed by another tag (`>` + `<` -> `> <`) before extraction gives 0.946 / 0.777 against 0.947 / 0.778
 (products 0.684 -> 0.672; collections +0.004, listings +0.002).  No-go.
+
+Three more (2026-12-06, scratch runs over this script's cached outputs, not kept):
+- resiliparse's main content as the fallback instead of trafilatura: where rs-trafilatura found under the share of
+  resiliparse's words only, 0.945 / 0.776; for both triggers, 0.943 / 0.773 (against 0.947 / 0.778).
+- one extractor per hinted page type instead of the job's rule: the job's text wins on every hinted type (article
+  0.938 vs rs-trafilatura 0.926, trafilatura without comments 0.924, resiliparse 0.862; listing 0.678 vs 0.636,
+  0.510, 0.427; ...).
+- product pages cut at a reviews or related-products heading ("Customer reviews", "You may also like", ...): 8 pages
+  cut, products 0.684 -> 0.683.
 """
 from __future__ import annotations
 
