@@ -46,7 +46,8 @@ _FRAMES_JS = ("() => new Promise(done => { const late = setTimeout(done, 250);"
 # Installed before the page's own scripts: remembers when each pending setTimeout and the next run of each
 # setInterval will fire (cleared and fired timeouts forgotten), so that the render can wait for a loader on a timer,
 # or on an interval that checks until it can load.  `__weblmTimersDue(ms)`: how long until the last of those that
-# fire within `ms` has fired (0: none).  A poll or a clock on an interval is waited for once, up to its next run.
+# fire within `ms` has fired (0: none).  So a clock on an interval holds a page that does not show its text yet for
+# render.timer_wait_s at most, run after run.
 _TIMERS_JS = """(() => {
   const due = new Map(), period = new Map(), setT = window.setTimeout, setI = window.setInterval;
   const clearT = window.clearTimeout, clearI = window.clearInterval;
