@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from conftest import FOOTER, PAGES, article
+from extraction_hooks import CRASH, HANG
 from jobs.config import load_jobs_config
 from jobs.text.extract_files import extract_files, report
 from jobs.text.main_text import Extracted, extract_document, head_title, nesting_depth
@@ -144,6 +145,43 @@ def test_a_folder_that_is_not_there_is_a_usage_error(tmp_path):
     run = subprocess.run([sys.executable, "-m", "jobs.text.extract_files", str(tmp_path / "nope"), str(tmp_path / "o.jsonl")],
                          cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert run.returncode == 2 and "is not a folder" in run.stderr
+
+
+def test_workers_write_the_same_lines_in_the_same_order_and_a_hung_page_costs_only_itself(pages, tmp_path):
+    for i in range(30):
+        (pages / f"story{i:02d}.html").write_bytes(article(f"Heron story {i}", f"Heron{i}").encode())
+    (pages / "hang.html").write_bytes(HANG)     # never returns: its worker's child is killed and restarted
+    (pages / "crash.html").write_bytes(CRASH)   # kills its child, as a segfault in lxml would
+    cfg = dataclasses.replace(CFG, timeout_s=3)
+    one = extract_files(pages, tmp_path / "one.jsonl", cfg, extractor="extraction_hooks:extract_or_misbehave")
+    three = extract_files(pages, tmp_path / "three.jsonl", cfg, extractor="extraction_hooks:extract_or_misbehave",
+                          workers=3)
+    assert (tmp_path / "three.jsonl").read_bytes() == (tmp_path / "one.jsonl").read_bytes()
+    ids = [row["id"] for row in read_jsonl(tmp_path / "three.jsonl")]
+    assert len(ids) == 35 and ids.index("story00") < ids.index("story29")
+    assert (three.files, three.kept, three.dropped, three.decoded_by) == (one.files, one.kept, one.dropped,
+                                                                          one.decoded_by)
+    assert three.dropped == {"extract_timeout": 1, "extractor_crashed": 1, "too_short": 1}   # tiny: too short
+    assert three.kept == 32 and three.cpu_seconds > 0
+
+
+def test_workers_whose_sandbox_cannot_start_fail_the_run_and_leave_no_output(pages, tmp_path):
+    out = tmp_path / "none.jsonl"
+    with pytest.raises(RuntimeError, match="did not start"):
+        extract_files(pages, out, CFG, extractor="no_such_module:extract", workers=2)
+    assert not out.exists() and not list(tmp_path.glob("*.partial"))
+
+
+def test_the_command_takes_workers_and_needs_the_sandbox_for_them(pages, tmp_path):
+    extract_files(pages, tmp_path / "serial.jsonl", CFG)
+    command = [sys.executable, "-m", "jobs.text.extract_files", str(pages), str(tmp_path / "two.jsonl"), "--workers"]
+    run = subprocess.run(command + ["2"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr
+    assert "3 files" in run.stderr and (tmp_path / "two.jsonl").read_bytes() == (tmp_path / "serial.jsonl").read_bytes()
+    run = subprocess.run(command + ["2", "-o", "extract.sandbox=false"], cwd=ROOT, capture_output=True, text=True,
+                         timeout=120)
+    assert run.returncode == 2 and "--workers 2 runs one sandbox process per worker" in run.stderr
+    assert not (tmp_path / "two.jsonl.partial").exists()
 
 
 def test_nesting_depth_counts_elements_not_void_or_self_closed_tags():
