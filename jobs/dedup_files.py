@@ -15,52 +15,12 @@ pipeline uses.  Written:
 """
 from __future__ import annotations
 
-import argparse
 import json
-import shutil
 import sys
-import tempfile
 import time
 from pathlib import Path
 
-
-def read_jsonl(path: str) -> list[dict]:
-    docs, seen = [], set()
-    with open(path, encoding="utf-8") as f:
-        for n, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise SystemExit(f"{path}:{n}: not a JSON line ({exc})") from None
-            if not isinstance(row, dict) or "id" not in row or "text" not in row:
-                found = sorted(row) if isinstance(row, dict) else type(row).__name__
-                raise SystemExit(f"{path}:{n}: each line needs 'id' and 'text'; this one has {found}")
-            if row["text"] is not None and not isinstance(row["text"], str):
-                raise SystemExit(f"{path}:{n}: 'text' must be a string, not {type(row['text']).__name__}")
-            doc_id = str(row["id"])
-            if doc_id in seen:
-                raise SystemExit(f"{path}:{n}: id {doc_id!r} appears twice; ids must be unique")
-            seen.add(doc_id)
-            docs.append({"doc_id": doc_id, "text": row["text"] or ""})
-    return docs
-
-
-def write_silver(spark, docs: list[dict], path: str) -> None:
-    """The documents as the extract stage writes `silver.documents` (only doc_id and text are known)."""
-    import pyarrow as pa
-
-    n = len(docs)
-    none = pa.nulls(n, pa.string())
-    table = pa.table({
-        "doc_id": pa.array([d["doc_id"] for d in docs], pa.string()), "url": none, "host": none,
-        "fetch_time": pa.nulls(n, pa.timestamp("us", tz="UTC")), "title": none,
-        "text": pa.array([d["text"] for d in docs], pa.string()), "language": none,
-        "n_chars": pa.array([len(d["text"]) for d in docs], pa.int32()), "warc_file": none,
-        "warc_offset": pa.nulls(n, pa.int64()), "content_sha256": none})
-    spark.createDataFrame(table.to_pandas()).repartition(max(1, min(64, n // 5000 + 2))) \
-        .write.format("delta").mode("overwrite").save(path)
+from jobs.scratch_lake import command_parser, read_jsonl, scratch_lake, write_documents
 
 
 def expand_copies(pairs, decision) -> dict[tuple[str, str], float]:
@@ -84,17 +44,8 @@ def expand_copies(pairs, decision) -> dict[tuple[str, str], float]:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="jobs.dedup_files", description=__doc__.split("\n\n")[0])
-    parser.add_argument("input", help="JSONL of {id, text}")
-    parser.add_argument("out_dir")
-    parser.add_argument("-o", "--override", action="append", default=[], metavar="KEY=VALUE",
-                        help="a conf/jobs.yaml setting, e.g. -o dedup.minhash.threshold=0.85")
-    parser.add_argument("--master", help="Spark master (default: conf/jobs.yaml spark.master)")
-    parser.add_argument("--keep-lake", action="store_true", help="keep the scratch lake in OUT_DIR/lake")
-    args = parser.parse_args(argv)
+    args = command_parser("python -m jobs.dedup_files", __doc__, "dedup.minhash.threshold=0.85").parse_args(argv)
 
-    from conf.paths import load_paths
-    from jobs.base import build_session
     from jobs.config import load_jobs_config
     from jobs.dedup.job import DedupJob
 
@@ -102,26 +53,17 @@ def main(argv=None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     docs = read_jsonl(args.input)
     cfg = load_jobs_config(args.override)
-    lake = out / "lake" if args.keep_lake else Path(tempfile.mkdtemp(prefix="weblm-dedup-"))
-    if lake.exists():
-        shutil.rmtree(lake)
     start = time.monotonic()
-    spark, created = build_session(cfg, load_paths([f"lake={lake}"]), args.master, "weblm-dedup-files")
-    try:
+    with scratch_lake(out, args.keep_lake, cfg, args.master, "dedup") as (spark, paths, lake):
         from pyspark.sql import functions as F
 
-        paths = load_paths([f"lake={lake}"])
-        write_silver(spark, docs, paths.table(cfg.dedup.input_table))
+        write_documents(spark, docs, paths.table(cfg.dedup.input_table))
         overrides = [x for o in args.override for x in ("-o", o)]
         metrics = DedupJob().run(["--lake", str(lake), "--full", *overrides])
         pairs = (spark.read.format("delta").load(paths.table(cfg.dedup.tables.pairs))
                  .where(F.col("jaccard") >= cfg.dedup.minhash.threshold).orderBy("a", "b").collect())
-        decision = {r["doc_id"]: r for r in spark.read.format("delta").load(paths.table(cfg.dedup.tables.documents)).collect()}
-    finally:
-        if created:
-            spark.stop()
-        if not args.keep_lake:
-            shutil.rmtree(lake, ignore_errors=True)
+        decision = {r["doc_id"]: r for r in spark.read.format("delta").load(paths.table(cfg.dedup.tables.documents))
+                    .collect()}
     found = expand_copies(pairs, decision)
     with open(out / "pairs.jsonl", "w", encoding="utf-8") as f:
         for (a, b), j in sorted(found.items()):

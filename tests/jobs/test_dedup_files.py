@@ -86,7 +86,7 @@ def test_dedup_files_writes_pairs_and_one_line_per_document(spark, tmp_path):
 
 def test_a_bad_input_line_is_refused_with_its_line_number(tmp_path):
     """The command's output has one line per input document, so a line it cannot read stops it, saying which."""
-    from jobs.dedup_files import read_jsonl
+    from jobs.scratch_lake import read_jsonl
     path = tmp_path / "in.jsonl"
     good = json.dumps({"id": 1, "text": "a b c"})
     for bad, message in (('{"id": 2, "text": "x"', "in.jsonl:2: not a JSON line"),
