@@ -16,8 +16,12 @@ def read_jsonl(path: str) -> list[dict]:
     import json
 
     docs, seen = [], set()
-    with open(path, encoding="utf-8") as f:
-        for n, line in enumerate(f, 1):
+    with open(path, "rb") as f:
+        for n, raw in enumerate(f, 1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise SystemExit(f"{path}:{n}: not UTF-8 ({exc.reason} at byte {exc.start} of the line)") from None
             if not line.strip():
                 continue
             try:
@@ -29,6 +33,11 @@ def read_jsonl(path: str) -> list[dict]:
                 raise SystemExit(f"{path}:{n}: each line needs 'id' and 'text'; this one has {found}")
             if row["text"] is not None and not isinstance(row["text"], str):
                 raise SystemExit(f"{path}:{n}: 'text' must be a string, not {type(row['text']).__name__}")
+            try:
+                (row["text"] or "").encode("utf-8")
+            except UnicodeEncodeError as exc:   # JSON's \ud800 escapes: no UTF-8 (nor Arrow, nor Spark) can hold one
+                raise SystemExit(f"{path}:{n}: 'text' holds a lone surrogate ({exc.object[exc.start]!r} at "
+                                 f"character {exc.start}): not text") from None
             doc_id = str(row["id"])
             if doc_id in seen:
                 raise SystemExit(f"{path}:{n}: id {doc_id!r} appears twice; ids must be unique")

@@ -4,6 +4,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import random
+import re
 from pathlib import Path
 
 import pytest
@@ -93,9 +94,14 @@ def test_a_bad_input_line_is_refused_with_its_line_number(tmp_path):
                          ('["id", "text"]', "in.jsonl:2: each line needs 'id' and 'text'; this one has list"),
                          ('{"id": 2}', r"in.jsonl:2: each line needs 'id' and 'text'; this one has \['id'\]"),
                          ('{"id": 2, "text": 7}', "in.jsonl:2: 'text' must be a string, not int"),
-                         (good, "in.jsonl:2: id '1' appears twice")):
+                         (good, "in.jsonl:2: id '1' appears twice"),
+                         ('{"id": 2, "text": "caf\\ud800"}', re.escape("in.jsonl:2: 'text' holds a lone surrogate "
+                                                                       "('\\ud800' at character 3): not text"))):
         path.write_text(good + "\n" + bad + "\n")
         with pytest.raises(SystemExit, match=message):
             read_jsonl(str(path))
+    path.write_bytes(good.encode() + b"\n" + '{"id": 2, "text": "caf\u00e9"}'.encode("cp1252") + b"\n")
+    with pytest.raises(SystemExit, match=re.escape("in.jsonl:2: not UTF-8 (invalid continuation byte at byte 22 of")):
+        read_jsonl(str(path))
     path.write_text(good + "\n\n" + json.dumps({"id": "x", "text": None}) + "\n")
     assert read_jsonl(str(path)) == [{"doc_id": "1", "text": "a b c"}, {"doc_id": "x", "text": ""}]
