@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import json
 import shutil
 import tempfile
 from contextlib import contextmanager
@@ -13,8 +14,6 @@ from pathlib import Path
 def read_jsonl(path: str) -> list[dict]:
     """The documents of a JSON-lines file, as {doc_id, text}; a line that is not one stops the command, saying
     which (the commands write one line per input document)."""
-    import json
-
     docs, seen = [], set()
     with open(path, "rb") as f:
         for n, raw in enumerate(f, 1):
