@@ -37,6 +37,7 @@ _HOP_HEADERS = {"content-encoding", "content-length", "transfer-encoding", "conn
 # how far the page reaches below the viewport (0: it fits, nothing to scroll for)
 _HEIGHT_JS = "() => document.body ? Math.max(0, document.body.scrollHeight - window.innerHeight) : 0"
 _DOM_BYTES_JS = "() => document.documentElement ? document.documentElement.outerHTML.length : 0"
+_BLANK_S = 1.0  # at most this for the page to leave for about:blank before its context closes
 # resolves once the page has drawn two frames and run a task after them: the intersection observers, scroll
 # handlers and rAF callbacks that a scroll or a response set off have run and sent their requests (250 ms at most,
 # for a page that draws no frames)
@@ -121,6 +122,7 @@ class _Traffic:
         self.free_hold_s = free_hold_s
         self.admitted = 0                 # sub-requests let through to the gate (the budget counts them, not sends)
         self.asked: Counter = Counter()   # GETs by URL, cache-busters removed: a poll asks the same again and again
+        self.closing = False              # the render has ended: what the page asks now is aborted
 
     def started(self) -> None:
         self.in_flight += 1
@@ -252,7 +254,7 @@ class RenderPool:
         crashed = asyncio.get_running_loop().create_future()
         traffic = _Traffic(free_hold_s=timeout_s / 2)
         routing: dict[asyncio.Task, _Hold] = {}   # sub-requests being routed, held while they wait on the crawl
-        work = None
+        work = page = None
         try:
             page = await context.new_page()
             await page.add_init_script(_TIMERS_JS)
@@ -294,6 +296,14 @@ class RenderPool:
                 work.cancel()  # timed out or crashed: stop waiting on the page
             if work is not None:
                 work.add_done_callback(lambda t: t.cancelled() or t.exception())  # retrieved: no warning
+            # the page's scripts run on while its context closes, and Playwright stops routing before the page is
+            # gone: a request started then reached its host past the gate (1 render of ~25 that polled; going
+            # offline first did not stop it).  So what it asks from now on is refused, and it is navigated to an
+            # empty document, which ends its scripts, while its requests are still routed.  A hung page (whose
+            # scripts can start nothing) would hold that navigation until Chromium gives up on it: 1 s at most.
+            traffic.closing = True
+            if page is not None:
+                await _quietly(asyncio.wait_for(page.goto("about:blank", wait_until="commit"), _BLANK_S))
             # the page is done with: what it still waits to ask is dropped (counted), or each would hold its host's
             # turn for a delay, and the next render on that host would wait behind them
             for task, hold in list(routing.items()):
@@ -418,6 +428,9 @@ class RenderPool:
     async def _route(self, r, page_url: str, body: bytes, status: int, headers: dict[str, str],
                      result: RenderResult, hold: _Hold, traffic: _Traffic) -> None:
         request = r.request
+        if traffic.closing:   # asked while the page is being left, after its render: neither sent nor counted
+            await r.abort("blockedbyclient")
+            return
         if request.is_navigation_request():
             if request.url == page_url and _is_main_frame(request) and not result.html:
                 await r.fulfill(status=status, headers=headers, body=body)  # the bytes the crawl fetched: no refetch
