@@ -43,9 +43,14 @@ class ProxyHandler(BaseHTTPRequestHandler):
         self._serve(send_body=False)
 
     def _refuse_method(self) -> None:
+        # logged under the host asked for, so that a test can tell a page's CONNECT or POST from the browser's own
+        if self.command == "CONNECT":   # authority form, host:port
+            host, target = self.path.rsplit(":", 1)[0].lower(), self.path
+        else:
+            host, target, _ = self._route_target()
         self._send(problem(405, "Method Not Allowed",
                            f"{self.command} is not supported: the local web serves GET and HEAD over plain http "
-                           "(https and CONNECT are not proxied; use http:// URLs)"), "", "", True,
+                           "(https and CONNECT are not proxied; use http:// URLs)"), host, target, True,
                    extra=(("Allow", "GET, HEAD"), ("Connection", "close")))
         self.close_connection = True   # any request body is unread, so this connection cannot carry another request
 

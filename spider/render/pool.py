@@ -280,6 +280,14 @@ class RenderPool:
                     task.result()
 
             await context.route("**/*", route)
+
+            async def refuse_socket(socket):
+                # Playwright's route() never sees a WebSocket: unrouted, it would reach its host past the gate.
+                # Never connected, it is closed at once: a render reads the page, it keeps no live feed.
+                result.blocked["websocket"] += 1
+                await _quietly(socket.close())
+
+            await context.route_web_socket("**/*", refuse_socket)
             # requests in flight, from the page's first sight of them (robots.txt and host-delay waits included)
             page.on("request", lambda request: traffic.started())
             page.on("requestfailed", lambda request: traffic.ended())

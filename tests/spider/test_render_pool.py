@@ -275,6 +275,20 @@ def test_what_a_page_asks_while_its_render_closes_never_reaches_its_host(pool, l
         pool.cfg = cfg
 
 
+def test_a_websocket_is_refused_and_counted_never_opened_to_its_host(pool, loop, web):
+    # Playwright's route() does not see WebSockets: one the page opens would go to its host past the gate
+    page = ("<html><head><title>live</title></head><body><p id='t'>Live ticker page text.</p><script>\n"
+            "const ws = new WebSocket('ws://trouble.weblm.test/live');\n"
+            "ws.onclose = () => { document.getElementById('t').textContent += ' Closed.'; };\n"
+            "</script></body></html>")
+    web.hits.clear()
+    result = render_html(pool, loop, "/live", page)
+    time.sleep(0.3)
+    assert result.ok and result.blocked["websocket"] == 1, result.detail
+    assert b"Live ticker page text." in result.html
+    assert not [h for h in web.hits.log() if h.host == "trouble.weblm.test" and h.method != "GET"]
+
+
 def test_a_page_that_never_finishes_loading_is_a_counted_timeout_and_other_renders_go_on(pool, loop, web):
     about = "http://app.weblm.test/about.html"
 
