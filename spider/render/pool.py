@@ -81,6 +81,15 @@ _TIMERS_JS = """(() => {
     return last;
   });
 })();"""
+# Installed before the page's own scripts: no WebRTC.  Its UDP (STUN, peers) goes to any address, past the proxy and
+# the gate, and Chromium 156 ignored --force-webrtc-ip-handling-policy=disable_non_proxied_udp (a STUN request still
+# left); a render reads a page's text, which needs no peer connection.
+_NO_WEBRTC_JS = """(() => {
+  for (const name of ['RTCPeerConnection', 'webkitRTCPeerConnection', 'RTCDataChannel', 'RTCIceCandidate',
+                      'RTCSessionDescription']) {
+    try { delete window[name]; } catch (e) { /* not configurable here: left as it is */ }
+  }
+})();"""
 _TIMERS_DUE_JS = ("([text_chars, within]) => !window.__weblmTimersDue || !document.body"
                   " || document.body.innerText.length >= text_chars ? 0 : window.__weblmTimersDue(within)")
 
@@ -258,6 +267,7 @@ class RenderPool:
         try:
             page = await context.new_page()
             await page.add_init_script(_TIMERS_JS)
+            await page.add_init_script(_NO_WEBRTC_JS)
             page.on("crash", lambda _: crashed.done() or crashed.set_result("renderer crashed (out of memory?)"))
             page.on("popup", lambda popup: self._close_popup(popup, result))
             page.on("download", lambda download: self._refuse_download(download, result))

@@ -8,6 +8,7 @@ import asyncio
 import dataclasses
 import json
 import signal
+import socket
 import time
 
 import lxml.html
@@ -287,6 +288,30 @@ def test_a_websocket_is_refused_and_counted_never_opened_to_its_host(pool, loop,
     assert result.ok and result.blocked["websocket"] == 1, result.detail
     assert b"Live ticker page text." in result.html
     assert not [h for h in web.hits.log() if h.host == "trouble.weblm.test" and h.method != "GET"]
+
+
+def test_a_page_gets_no_webrtc_so_no_stun_request_leaves_past_the_gate(pool, loop, web):
+    # WebRTC's UDP goes to any address, past the proxy and the gate (the old pool let 2 STUN requests through)
+    stun = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    stun.bind(("127.0.0.1", 0))
+    stun.settimeout(0.1)
+    page = ("<html><head><title>rtc</title></head><body><p id='t'>Peer page text.</p><script>\n"
+            "document.getElementById('t').textContent += ' ' + typeof RTCPeerConnection + '.';\n"
+            "const pc = new RTCPeerConnection({iceServers: [{urls: 'stun:127.0.0.1:%d'}]});\n"
+            "pc.createDataChannel('x'); pc.createOffer().then(o => pc.setLocalDescription(o));\n"
+            "</script></body></html>" % stun.getsockname()[1])
+    try:
+        result = render_html(pool, loop, "/rtc", page)
+        received, end = [], time.monotonic() + 1.0
+        while time.monotonic() < end:
+            try:
+                received.append(stun.recvfrom(2048))
+            except socket.timeout:
+                pass
+    finally:
+        stun.close()
+    assert result.ok and b"Peer page text. undefined." in result.html
+    assert received == []
 
 
 def test_a_page_that_never_finishes_loading_is_a_counted_timeout_and_other_renders_go_on(pool, loop, web):
