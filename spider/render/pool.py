@@ -81,12 +81,13 @@ _TIMERS_JS = """(() => {
     return last;
   });
 })();"""
-# Installed before the page's own scripts: no WebRTC.  Its UDP (STUN, peers) goes to any address, past the proxy and
-# the gate, and Chromium 156 ignored --force-webrtc-ip-handling-policy=disable_non_proxied_udp (a STUN request still
-# left); a render reads a page's text, which needs no peer connection.
-_NO_WEBRTC_JS = """(() => {
+# Installed before the page's own scripts: the APIs whose traffic Playwright's routing never sees, so that it would go
+# past the gate, are not there.  WebRTC: its UDP (STUN, peers) goes to any address, past the proxy too, and Chromium 156
+# ignored --force-webrtc-ip-handling-policy=disable_non_proxied_udp.  SharedWorker: its fetches reached the host before
+# the page's robots.txt was read (a dedicated Worker's are routed).  A render reads a page's text, which needs neither.
+_UNROUTED_APIS_JS = """(() => {
   for (const name of ['RTCPeerConnection', 'webkitRTCPeerConnection', 'RTCDataChannel', 'RTCIceCandidate',
-                      'RTCSessionDescription']) {
+                      'RTCSessionDescription', 'SharedWorker']) {
     try { delete window[name]; } catch (e) { /* not configurable here: left as it is */ }
   }
 })();"""
@@ -267,7 +268,7 @@ class RenderPool:
         try:
             page = await context.new_page()
             await page.add_init_script(_TIMERS_JS)
-            await page.add_init_script(_NO_WEBRTC_JS)
+            await page.add_init_script(_UNROUTED_APIS_JS)
             page.on("crash", lambda _: crashed.done() or crashed.set_result("renderer crashed (out of memory?)"))
             page.on("popup", lambda popup: self._close_popup(popup, result))
             page.on("download", lambda download: self._refuse_download(download, result))

@@ -290,18 +290,23 @@ def test_a_websocket_is_refused_and_counted_never_opened_to_its_host(pool, loop,
     assert not [h for h in web.hits.log() if h.host == "trouble.weblm.test" and h.method != "GET"]
 
 
-def test_a_page_gets_no_webrtc_so_no_stun_request_leaves_past_the_gate(pool, loop, web):
-    # WebRTC's UDP goes to any address, past the proxy and the gate (the old pool let 2 STUN requests through)
+def test_a_page_gets_neither_webrtc_nor_shared_workers_whose_traffic_would_pass_the_gate(pool, loop, web):
+    # Playwright's routing sees neither: WebRTC's UDP goes to any address (the old pool let 2 STUN requests out), and
+    # a SharedWorker's fetch reached the host before the page's robots.txt was read
+    json_route(web, "/api/shared.json", "Shared worker text.")
     stun = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     stun.bind(("127.0.0.1", 0))
     stun.settimeout(0.1)
-    page = ("<html><head><title>rtc</title></head><body><p id='t'>Peer page text.</p><script>\n"
-            "document.getElementById('t').textContent += ' ' + typeof RTCPeerConnection + '.';\n"
-            "const pc = new RTCPeerConnection({iceServers: [{urls: 'stun:127.0.0.1:%d'}]});\n"
-            "pc.createDataChannel('x'); pc.createOffer().then(o => pc.setLocalDescription(o));\n"
+    page = ("<html><head><title>apis</title></head><body><p id='t'>Peer page text.</p><script>\n"
+            "document.getElementById('t').textContent += ' ' + typeof RTCPeerConnection + ' ' + typeof SharedWorker;\n"
+            "try { const pc = new RTCPeerConnection({iceServers: [{urls: 'stun:127.0.0.1:%d'}]});\n"
+            "  pc.createDataChannel('x'); pc.createOffer().then(o => pc.setLocalDescription(o)); } catch (e) {}\n"
+            "try { new SharedWorker(URL.createObjectURL(new Blob(\n"
+            "  [\"fetch('http://trouble.weblm.test/api/shared.json')\"], {type: 'text/javascript'}))); } catch (e) {}\n"
             "</script></body></html>" % stun.getsockname()[1])
+    web.hits.clear()
     try:
-        result = render_html(pool, loop, "/rtc", page)
+        result = render_html(pool, loop, "/apis", page)
         received, end = [], time.monotonic() + 1.0
         while time.monotonic() < end:
             try:
@@ -310,8 +315,8 @@ def test_a_page_gets_no_webrtc_so_no_stun_request_leaves_past_the_gate(pool, loo
                 pass
     finally:
         stun.close()
-    assert result.ok and b"Peer page text. undefined." in result.html
-    assert received == []
+    assert result.ok and b"Peer page text. undefined undefined" in result.html
+    assert received == [] and web.hits.count("trouble.weblm.test", "/api/shared.json") == 0
 
 
 def test_a_page_that_never_finishes_loading_is_a_counted_timeout_and_other_renders_go_on(pool, loop, web):
