@@ -150,6 +150,7 @@ class _Hold:
     def __init__(self, traffic: _Traffic) -> None:
         self.traffic = traffic
         self.on = True
+        self.admitted = False   # let through by the render's own rules: the budget counts it
         traffic.held += 1
 
     def release(self) -> None:
@@ -323,10 +324,11 @@ class RenderPool:
             traffic.closing = True
             if page is not None:
                 await _quietly(asyncio.wait_for(page.goto("about:blank", wait_until="commit"), _BLANK_S))
-            # the page is done with: what it still waits to ask is dropped (counted), or each would hold its host's
-            # turn for a delay, and the next render on that host would wait behind them
+            # the page is done with: what it still waits to ask is dropped, or each would hold its host's turn for a
+            # delay, and the next render on that host would wait behind them; counted (`unsent`) when it had been let
+            # through, not when it came in as the page was being left
             for task, hold in list(routing.items()):
-                if hold.on:
+                if hold.on and hold.admitted:
                     result.blocked["unsent"] += 1
                 task.cancel()
             try:
@@ -458,6 +460,7 @@ class RenderPool:
         else:
             reason = self._refusal(request, traffic)
             traffic.admitted += reason is None
+            hold.admitted = reason is None
             if reason is None and not await self.gate.allowed(request.url, self._fetch_robots):
                 reason, traffic.admitted = "robots", traffic.admitted - 1
         if reason is not None:
