@@ -28,6 +28,7 @@ class RenderConfig:
     host_stop_after: int
     host_memory_size: int
     restart_after_renders: int
+    browser_service_hosts: list[str]
 
     def __post_init__(self) -> None:
         if self.pages < 1:
@@ -39,3 +40,6 @@ class RenderConfig:
         unknown = set(self.block_resource_types) - {"image", "font", "media", "stylesheet", "websocket", "other"}
         if unknown:
             raise ValueError(f"crawl.render.block_resource_types has unknown Playwright resource types {sorted(unknown)}")
+        odd = [h for h in self.browser_service_hosts if not h or any(c in h for c in ", /:*~")]
+        if odd:
+            raise ValueError(f"crawl.render.browser_service_hosts must be bare host names, not {odd}")

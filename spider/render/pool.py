@@ -208,11 +208,26 @@ class RenderPool:
                 args=["--no-sandbox",  # root in containers; the browser only sees pages we already fetched
                       f"--js-flags=--max-old-space-size={self.cfg.js_heap_mb}",
                       "--disable-dev-shm-usage", "--disable-gpu", "--mute-audio",
-                      "--disable-background-networking", "--no-first-run"],
-                proxy={"server": self.proxy} if self.proxy else None)
+                      "--disable-background-networking", "--no-first-run", *self._service_hosts_flag()],
+                proxy=self._proxy_settings())
             self._renders_on_browser = 0
             self.counters["browser_launches"] += 1
             return self._browser
+
+    def _service_hosts_flag(self) -> list[str]:
+        # Chromium's updater and sign-in call Google on launch whatever the flags say (--disable-component-update,
+        # --disable-sync did not stop them): their names resolve to nothing, and _proxy_settings keeps them off the
+        # proxy, which would otherwise resolve them itself
+        hosts = self.cfg.browser_service_hosts
+        return [f"--host-resolver-rules={', '.join(f'MAP {host} ~NOTFOUND' for host in hosts)}"] if hosts else []
+
+    def _proxy_settings(self) -> dict | None:
+        if not self.proxy:
+            return None
+        settings = {"server": self.proxy}
+        if self.cfg.browser_service_hosts:
+            settings["bypass"] = ",".join(self.cfg.browser_service_hosts)
+        return settings
 
     # --- rendering ---------------------------------------------------------------------------------------
     async def render(self, url: str, body: bytes, status: int = 200, headers: dict[str, str] | None = None,
@@ -261,7 +276,7 @@ class RenderPool:
                            result: RenderResult, timeout_s: float) -> None:
         context = await browser.new_context(user_agent=self.user_agent or None, accept_downloads=False,
                                             service_workers="block", java_script_enabled=True,
-                                            proxy={"server": self.proxy} if self.proxy else None)
+                                            proxy=self._proxy_settings())
         crashed = asyncio.get_running_loop().create_future()
         traffic = _Traffic(free_hold_s=timeout_s / 2)
         routing: dict[asyncio.Task, _Hold] = {}   # sub-requests being routed, held while they wait on the crawl

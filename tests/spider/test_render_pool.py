@@ -364,6 +364,30 @@ def test_a_browser_crash_restarts_the_browser_and_loses_no_render(pool, loop, we
     assert pool.counters["browser_restarts"] == restarts + 1
 
 
+def test_the_browser_itself_contacts_no_host_but_those_its_pages_ask_for(pool, loop, web):
+    # Chromium 156 POSTs to its updater and asks Google sign-in for accounts within a second of each launch, through
+    # the proxy (or straight out without one), whatever Playwright's flags say
+    own = RenderPool(pool.cfg, SubrequestGate(DELAY, "weblm-test"), proxy=web.proxy_url, user_agent="weblm-test")
+    seen = len(web.hits.log())
+    loop.run_until_complete(own.start())
+    try:
+        result = loop.run_until_complete(own.render("http://trouble.weblm.test/quiet", b"<p>A quiet page.</p>", 200,
+                                                    {"Content-Type": "text/html"}))
+        time.sleep(2.0)   # the sign-in check is retried 1.6 s after launch
+    finally:
+        loop.run_until_complete(own.close())
+    assert result.ok and b"A quiet page." in result.html
+    strangers = [(h.method, h.host) for h in web.hits.log()[seen:] if h.host not in web.hosts]
+    assert strangers == []
+
+
+def test_browser_service_hosts_must_be_bare_names_as_chromium_rules_take_them():
+    assert load_crawl_config(["render.browser_service_hosts=[]"]).render.browser_service_hosts == []
+    for odd in ("b.com:443", "*.google.com", "a.com, b.com"):
+        with pytest.raises(ValueError, match="bare host names"):
+            load_crawl_config([f"render.browser_service_hosts=[a.com, '{odd}']"])
+
+
 def test_a_cache_buster_is_not_a_new_url_but_a_page_or_a_cursor_is():
     now = 1_790_000_000.0
     assert _asked_as("http://h.test/api/s.json?_=1&x=1", now) == "http://h.test/api/s.json?x=1"
