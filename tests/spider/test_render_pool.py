@@ -73,6 +73,11 @@ def render_html(pool, loop, path: str, page: str, **kw):
                                                {"Content-Type": "text/html"}, **kw))
 
 
+def text_page(text: str, script: str) -> str:
+    """A page showing `text` in <p id='t'>, then running `script`."""
+    return f"<html><head><title>t</title></head><body><p id='t'>{text}</p><script>\n{script}</script></body></html>"
+
+
 def json_route(web, path: str, text: str, delay_seconds: float = 0.0) -> None:
     """Serve {"text": text} at the trouble host's `path` (any query string)."""
     web.generated.routes[("trouble.weblm.test", path)] = Response(
@@ -278,10 +283,8 @@ def test_what_a_page_asks_while_its_render_closes_never_reaches_its_host(pool, l
 
 def test_a_websocket_is_refused_and_counted_never_opened_to_its_host(pool, loop, web):
     # Playwright's route() does not see WebSockets: one the page opens would go to its host past the gate
-    page = ("<html><head><title>live</title></head><body><p id='t'>Live ticker page text.</p><script>\n"
-            "const ws = new WebSocket('ws://trouble.weblm.test/live');\n"
-            "ws.onclose = () => { document.getElementById('t').textContent += ' Closed.'; };\n"
-            "</script></body></html>")
+    page = text_page("Live ticker page text.", "const ws = new WebSocket('ws://trouble.weblm.test/live');\n"
+                     "ws.onclose = () => { document.getElementById('t').textContent += ' Closed.'; };\n")
     web.hits.clear()
     result = render_html(pool, loop, "/live", page)
     time.sleep(0.3)
@@ -297,13 +300,13 @@ def test_a_page_gets_neither_webrtc_nor_shared_workers_whose_traffic_would_pass_
     stun = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     stun.bind(("127.0.0.1", 0))
     stun.settimeout(0.1)
-    page = ("<html><head><title>apis</title></head><body><p id='t'>Peer page text.</p><script>\n"
-            "document.getElementById('t').textContent += ' ' + typeof RTCPeerConnection + ' ' + typeof SharedWorker;\n"
-            "try { const pc = new RTCPeerConnection({iceServers: [{urls: 'stun:127.0.0.1:%d'}]});\n"
-            "  pc.createDataChannel('x'); pc.createOffer().then(o => pc.setLocalDescription(o)); } catch (e) {}\n"
-            "try { new SharedWorker(URL.createObjectURL(new Blob(\n"
-            "  [\"fetch('http://trouble.weblm.test/api/shared.json')\"], {type: 'text/javascript'}))); } catch (e) {}\n"
-            "</script></body></html>" % stun.getsockname()[1])
+    page = text_page("Peer page text.", (
+        "document.getElementById('t').textContent += ' ' + typeof RTCPeerConnection + ' ' + typeof SharedWorker;\n"
+        "try { const pc = new RTCPeerConnection({iceServers: [{urls: 'stun:127.0.0.1:%d'}]});\n"
+        "  pc.createDataChannel('x'); pc.createOffer().then(o => pc.setLocalDescription(o)); } catch (e) {}\n"
+        "try { new SharedWorker(URL.createObjectURL(new Blob(\n"
+        "  [\"fetch('http://trouble.weblm.test/api/shared.json')\"], {type: 'text/javascript'}))); } catch (e) {}\n"
+    ) % stun.getsockname()[1])
     web.hits.clear()
     try:
         result = render_html(pool, loop, "/apis", page)
@@ -330,10 +333,8 @@ def test_a_dedicated_workers_requests_pass_the_gate_and_free_the_host_for_the_ne
         200, (("Content-Type", "text/javascript"),), b"self.ready = true;")
     json_route(web, "/api/w1.json", "First worker text.")
     json_route(web, "/api/w2.json", "Second worker text.")
-    page = ("<html><head><title>worker</title></head><body><p id='t'>Worker page.</p><script>\n"
-            "const w = new Worker('/worker.js');\n"
-            "w.onmessage = e => { document.getElementById('t').textContent += ' ' + e.data; };\n"
-            "</script></body></html>")
+    page = text_page("Worker page.", "const w = new Worker('/worker.js');\n"
+                     "w.onmessage = e => { document.getElementById('t').textContent += ' ' + e.data; };\n")
     web.hits.clear()
     result = render_html(pool, loop, "/worker", page)
     assert result.ok and not result.unsettled and sum(result.blocked.values()) == 0, (result.detail, result.blocked)
