@@ -339,9 +339,9 @@ def test_a_dedicated_workers_requests_pass_the_gate_and_free_the_host_for_the_ne
     result = render_html(pool, loop, "/worker", page)
     assert result.ok and not result.unsettled and sum(result.blocked.values()) == 0, (result.detail, result.blocked)
     assert b"Worker page. First worker text. Second worker text." in result.html
-    log = web.hits.log("trouble.weblm.test")
-    assert [h.target for h in log] == ["/robots.txt", "/worker.js", "/api/lib.js", "/api/w1.json", "/api/w2.json"]
-    assert all(b.at - a.at >= DELAY * 0.95 for a, b in zip(log[1:], log[2:]))  # never faster than the delay
+    log = [h for h in web.hits.log("trouble.weblm.test") if h.target != "/robots.txt"]   # read once per crawl
+    assert [h.target for h in log] == ["/worker.js", "/api/lib.js", "/api/w1.json", "/api/w2.json"]
+    assert all(b.at - a.at >= DELAY * 0.95 for a, b in zip(log, log[1:]))  # never faster than the delay
     assert result.subrequests == 4
 
 
