@@ -506,6 +506,8 @@ class RenderPool:
             return "budget"
         if request.resource_type in self.cfg.block_resource_types:
             return request.resource_type
+        if "prefetch" in request.headers.get("sec-purpose", ""):
+            return "prefetch"  # <link rel=prefetch>, a Link header: another page for later; the crawl fetches links
         if not request.url.startswith(("http://", "https://")):
             return "scheme"
         if request.method not in ("GET", "HEAD"):

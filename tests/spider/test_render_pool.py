@@ -293,6 +293,20 @@ def test_a_websocket_is_refused_and_counted_never_opened_to_its_host(pool, loop,
     assert not [h for h in web.hits.log() if h.host == "trouble.weblm.test" and h.method != "GET"]
 
 
+def test_a_pages_hints_to_prefetch_other_pages_are_refused_and_counted(pool, loop, web):
+    # speculative fetches of pages the page links to: they add nothing to its DOM, and cost the host a request each
+    page = ("<html><head><title>hints</title><link rel='prefetch' href='/next-article.html'></head>"
+            "<body><p>Hinting page text.</p><a href='/next-article.html'>next</a></body></html>")
+    web.hits.clear()
+    result = loop.run_until_complete(pool.render(
+        "http://trouble.weblm.test/hints", page.encode(), 200,
+        {"Content-Type": "text/html", "Link": "</linked-article.html>; rel=prefetch"}))
+    assert result.ok and b"Hinting page text." in result.html
+    assert result.blocked["prefetch"] == 2 and result.subrequests == 0, result.blocked
+    assert web.hits.count("trouble.weblm.test", "/next-article.html") == 0
+    assert web.hits.count("trouble.weblm.test", "/linked-article.html") == 0
+
+
 def test_a_page_gets_neither_webrtc_nor_shared_workers_whose_traffic_would_pass_the_gate(pool, loop, web):
     # Playwright's routing sees neither: WebRTC's UDP goes to any address (the old pool let 2 STUN requests out), and
     # a SharedWorker's fetch reached the host before the page's robots.txt was read
