@@ -89,12 +89,14 @@ class Lake:
 
 def document_fates(lake: Lake, only=None) -> Fates:
     """Every table a stage reads or writes, as fields of one row per document (built by `Fates.build`); with `only`
-    (a frame of doc_ids: jobs/fate.py), of those documents alone."""
+    (a frame of doc_ids: jobs/fate.py), of those documents alone, and without their sizes in bytes: those are the
+    report's, and would read every page's HTML and every text of the lake to find a few documents' ways (the
+    tables' files hold doc_ids in no order, so no file can be skipped)."""
     from pyspark.sql import functions as F
 
     from jobs.quality import filters
 
-    cfg, fates = lake.cfg, Fates()
+    cfg, fates, sizes = lake.cfg, Fates(), only is None
 
     def those(df):
         return df if df is None or only is None else df.join(F.broadcast(only), "doc_id", "left_semi")
@@ -104,8 +106,8 @@ def document_fates(lake: Lake, only=None) -> Fates:
 
     bronze = table("bronze.pages")
     if bronze is not None:
-        fates.add("bronze.pages", bronze, html_bytes=F.length("html"), host=F.col("host"), status=F.col("status"),
-                  truncated=F.col("headers").getItem(TRUNCATED))
+        fates.add("bronze.pages", bronze, **({"html_bytes": F.length("html")} if sizes else {}), host=F.col("host"),
+                  status=F.col("status"), truncated=F.col("headers").getItem(TRUNCATED))
     ledger = those(lake.ledger("extract"))
     if ledger is not None:
         fates.add("_ledger/extract", ledger, outcome=F.col("outcome"))
@@ -113,7 +115,7 @@ def document_fates(lake: Lake, only=None) -> Fates:
                  cfg.dedup.tables.output, cfg.tokenize.input_table):
         df = table(name)
         if df is not None:
-            fates.add(name, df, chars=F.col("n_chars"), text_bytes=F.octet_length("text"))
+            fates.add(name, df, chars=F.col("n_chars"), **({"text_bytes": F.octet_length("text")} if sizes else {}))
     documents, signals = table("silver.documents"), table(cfg.quality.tables.signals)
     if documents is not None:
         fates.add("silver.documents", documents, host=F.col("host"), language=F.col("language"))

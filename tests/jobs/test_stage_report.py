@@ -186,6 +186,27 @@ def test_fate_tells_each_url_its_way_and_its_tally_is_the_report(full_lake, pipe
         (r["shard"], r["i"]) for r in lineage.collect()) != []
 
 
+def test_fate_reads_no_page_html_and_no_text_only_the_report_does(full_lake, spark):
+    """A few documents' ways need no sizes in bytes: reading them would scan every page and text of the lake (its
+    files hold doc_ids in no order, so none is skipped).  The report's fates, over every document, do read them."""
+    from conf.paths import load_paths
+    from jobs.base import local_frame
+    from jobs.config import load_jobs_config
+    from jobs.report import Lake, document_fates
+
+    lake = full_lake[1]["lake"]
+    doc = spark.read.format("delta").load(f"{lake}/bronze/pages").select("doc_id").first()["doc_id"]
+    cfg, paths = load_jobs_config([]), load_paths([f"lake={lake}"])
+    read = {}
+    for who, only in (("fate", local_frame(spark, [(doc,)], "doc_id string")), ("report", None)):
+        fates = document_fates(Lake(spark, cfg, paths), only)
+        plan = fates.df._jdf.queryExecution().executedPlan().toString()
+        read[who] = {column for column in ("html", "text") if re.search(rf"\b{column}:(string|binary)", plan)}
+        assert plan.count("ReadSchema") >= 8, plan   # the plan names what each table's scan reads
+        fates.release()
+    assert read == {"fate": set(), "report": {"html", "text"}}
+
+
 def test_a_stage_that_never_ran_is_reported_as_not_run(pipeline, tmp_path):
     """The shared pipeline ran no quality or dedup stage: the report says so and still covers the rest."""
     from conf.paths import load_paths
