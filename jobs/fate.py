@@ -193,8 +193,9 @@ def _survivors(lake: Lake, cfg, only) -> dict[str, dict]:
             .where(F.col("survivor_id").isNotNull() & (F.col("survivor_id") != F.col("doc_id")))
             .select("doc_id", "survivor_id"))
     if silver is not None:
-        mine = mine.join(silver.select(F.col("doc_id").alias("survivor_id"), F.col("url").alias("survivor_url")),
-                         "survivor_id", "left")
+        twins = silver.select(F.col("doc_id").alias("survivor_id"), F.col("url").alias("survivor_url")) \
+            .join(F.broadcast(mine.select("survivor_id")), "survivor_id", "left_semi")   # no shuffle of every URL
+        mine = mine.join(F.broadcast(twins), "survivor_id", "left")
     return {r["doc_id"]: {k: v for k, v in r.asDict().items() if k != "doc_id"} for r in mine.collect()}
 
 
