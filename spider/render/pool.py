@@ -215,7 +215,7 @@ class RenderPool:
             return self._browser
 
     def _service_hosts_flag(self) -> list[str]:
-        # Chromium's updater and sign-in call Google on launch whatever the flags say (--disable-component-update,
+        # Chromium's updater and sign-in call Google from launch on, whatever the flags say (--disable-component-update,
         # --disable-sync did not stop them): their names resolve to nothing, and _proxy_settings keeps them off the
         # proxy, which would otherwise resolve them itself
         hosts = self.cfg.browser_service_hosts
