@@ -10,6 +10,7 @@ import json
 import signal
 import socket
 import time
+from contextlib import contextmanager
 
 import lxml.html
 import psutil
@@ -59,6 +60,17 @@ def _is_browser(process) -> bool:
             and "chrom" not in process.parent().name()
     except psutil.Error:
         return False
+
+
+@contextmanager
+def changed(pool, **settings):
+    """The pool with some render settings changed, for one test."""
+    cfg = pool.cfg
+    pool.cfg = dataclasses.replace(cfg, **settings)
+    try:
+        yield
+    finally:
+        pool.cfg = cfg
 
 
 def render(pool, loop, web, url: str):
@@ -119,12 +131,14 @@ def test_sub_requests_obey_robots_txt_and_the_host_delay_and_images_are_never_fe
 
 
 def test_a_request_that_starts_after_the_page_went_quiet_still_lands_in_the_dom(pool, loop, web):
-    # a loader on a timer (a consent check, an idle callback) asks after the load settled; the answer takes a while
-    json_route(web, "/api/late.json", "Late arriving paragraph text.", delay_seconds=SETTLE * 0.75)
+    # a loader on a timer (a consent check, an idle callback) asks after the load settled; the answer takes a while.
+    # settle_s 1 s for an answer of 0.3 s: at SETTLE (0.2 s) and 0.15 s, a busy CI machine took the DOM unsettled
+    json_route(web, "/api/late.json", "Late arriving paragraph text.", delay_seconds=0.3)
     page = ('<html><head><title>late</title></head><body><div id="root"></div><script>\n'
             "setTimeout(() => fetch('/api/late.json').then(r => r.json()).then(d => {\n"
             "  document.getElementById('root').textContent = d.text; }), 150);\n</script></body></html>")
-    result = render_html(pool, loop, "/late", page)
+    with changed(pool, settle_s=1.0):
+        result = render_html(pool, loop, "/late", page)
     assert result.ok and result.subrequests == 1 and not result.unsettled
     assert b"Late arriving paragraph text." in result.html
 
@@ -268,17 +282,13 @@ def test_what_a_page_asks_while_its_render_closes_never_reaches_its_host(pool, l
     page = ('<html><head><title>hurry</title></head><body><div id="root">Hurry</div><script>\n'
             "let n = 0; setInterval(() => fetch('/api/hurry.json?n=' + (n++)).catch(() => null), 2);\n"
             "</script></body></html>")
-    cfg = pool.cfg
-    pool.cfg = dataclasses.replace(cfg, max_subrequests=3)   # then refused: the render ends after its looks
-    try:
+    with changed(pool, max_subrequests=3):   # then refused: the render ends after its looks
         for attempt in range(2):
             web.hits.clear()
             result = render_html(pool, loop, f"/hurry-{attempt}", page)
             time.sleep(0.5)   # what escaped would arrive meanwhile
             assert result.ok and result.subrequests == 3 and result.blocked["budget"] > 10, result.detail
             assert web.hits.count("trouble.weblm.test", "/api/hurry.json") == 3
-    finally:
-        pool.cfg = cfg
 
 
 def test_a_websocket_is_refused_and_counted_never_opened_to_its_host(pool, loop, web):
@@ -447,10 +457,6 @@ def test_the_sub_request_budget_counts_requests_let_through_not_only_those_alrea
     page = ('<html><head><title>many</title></head><body><p>Many requests page text.</p><script>\n'
             "for (let i = 0; i < 8; i++) fetch('/api/many/' + i + '.json').catch(() => null);\n"
             "</script></body></html>")
-    cfg = pool.cfg
-    pool.cfg = dataclasses.replace(cfg, max_subrequests=3)
-    try:
+    with changed(pool, max_subrequests=3):
         result = render_html(pool, loop, "/many", page)
-    finally:
-        pool.cfg = cfg
     assert result.ok and result.subrequests == 3 and result.blocked["budget"] == 5
