@@ -346,29 +346,6 @@ def test_a_page_gets_neither_webrtc_nor_shared_workers_whose_traffic_would_pass_
     assert received == [] and web.hits.count("trouble.weblm.test", "/api/shared.json") == 0
 
 
-def test_a_dedicated_workers_requests_pass_the_gate_and_free_the_host_for_the_next(pool, loop, web):
-    # the host's turn is freed when a request is answered: a worker's answer must free it too, or its next request
-    # would wait, unsent, until the render ends
-    web.generated.routes[("trouble.weblm.test", "/worker.js")] = Response(200, (("Content-Type", "text/javascript"),), (
-        b"importScripts('/api/lib.js');\n"
-        b"fetch('/api/w1.json').then(r => r.json()).then(j => { postMessage(j.text); return fetch('/api/w2.json'); })\n"
-        b"  .then(r => r.json()).then(j => postMessage(j.text));"))
-    web.generated.routes[("trouble.weblm.test", "/api/lib.js")] = Response(
-        200, (("Content-Type", "text/javascript"),), b"self.ready = true;")
-    json_route(web, "/api/w1.json", "First worker text.")
-    json_route(web, "/api/w2.json", "Second worker text.")
-    page = text_page("Worker page.", "const w = new Worker('/worker.js');\n"
-                     "w.onmessage = e => { document.getElementById('t').textContent += ' ' + e.data; };\n")
-    web.hits.clear()
-    result = render_html(pool, loop, "/worker", page)
-    assert result.ok and not result.unsettled and sum(result.blocked.values()) == 0, (result.detail, result.blocked)
-    assert b"Worker page. First worker text. Second worker text." in result.html
-    log = [h for h in web.hits.log("trouble.weblm.test") if h.target != "/robots.txt"]   # read once per crawl
-    assert [h.target for h in log] == ["/worker.js", "/api/lib.js", "/api/w1.json", "/api/w2.json"]
-    assert all(b.at - a.at >= DELAY * 0.95 for a, b in zip(log, log[1:]))  # never faster than the delay
-    assert result.subrequests == 4
-
-
 def test_a_page_that_never_finishes_loading_is_a_counted_timeout_and_other_renders_go_on(pool, loop, web):
     about = "http://app.weblm.test/about.html"
 
