@@ -10,6 +10,10 @@ crawl must end `finished`, so coverage does not depend on how fast this machine 
 Each worker runs 4 requests at a time with a 4-URL lease buffer, so that both workers fetch and hosts pass
 between them: the politeness verdict then covers gaps between two processes' requests.  (With the defaults a host
 stays with the worker that first leased it, see test_crawl_cluster.py; one run split 4 and 242 responses.)
+Leases last 20 s, renewed each second: no worker dies here, and a lease that lapsed in a stall would be fetched
+again by the other worker, a duplicate this test does not allow (test_crawl_cluster.py kills and stalls workers
+under 4-s leases).  One loaded CI run with 4-s leases fetched pages of three plain hosts twice; its output did not
+say why, so a failure now names each worker's retries and lost leases.
 """
 from __future__ import annotations
 
@@ -32,7 +36,7 @@ RETRY_TIMES = 2            # conf/crawl.yaml; crawl_helpers.FAST lowers it to 1,
 WEB = ["pages_per_site=12", "small_site_pages=6", "slow_pages=4", "slow_seconds=2", "retry_after_s=3",
        "crawl_delay_s=1.5", "session_pages=8"]
 CRAWL = [f"download_delay_s={DELAY}", "randomize_delay=true", "download_timeout_s=5", f"retry_times={RETRY_TIMES}",
-         "concurrent_requests=4", "frontier.buffer=4", "frontier.lease_s=4", "frontier.renew_every_s=1",
+         "concurrent_requests=4", "frontier.buffer=4", "frontier.lease_s=20", "frontier.renew_every_s=1",
          "warc.max_file_age_s=5", "close_after_seconds=120"]
 BROKEN = "broken.hostile.weblm.test"
 # Never requested, by design: Scrapy's LinkExtractor drops links to IGNORED_EXTENSIONS (.bin among them), so the
@@ -61,7 +65,8 @@ def crawl(tmp_path_factory):
     for w in workers:
         s = w.stats
         print(f"worker {w.index}: exit {w.returncode}, {s.get('finish_reason')}, {s.get('pages_fetched')} responses, "
-              f"{s.get('requests')} requests, errors {s.get('errors')}, robots-denied {s.get('robots_denied')}")
+              f"{s.get('requests')} requests, errors {s.get('errors')}, robots-denied {s.get('robots_denied')}, "
+              f"leases lost {s['scrapy'].get('weblm/frontier/leases_lost', 0)}")
     return workers, hits, truth, verdict
 
 
@@ -135,7 +140,9 @@ def test_session_id_copies_are_fetched_once_per_canonical_page(crawl):
     # duplicates anywhere come only from the alias (two hostnames, two hosts to a crawler) and from retried
     # failures (the truncated page, answered 200 at the server, cut off each time)
     dup = {host: row["duplicates"] for host, row in verdict.summary["per_host"].items() if row["duplicates"]}
-    assert set(dup) <= {"alias.hostile.weblm.test", BROKEN}, dup
+    causes = {w.index: {k: v for k, v in w.stats["scrapy"].items() if k.startswith(("retry/", "weblm/frontier/lea"))}
+              for w in workers}
+    assert set(dup) <= {"alias.hostile.weblm.test", BROKEN}, (dup, causes)
     ok = Counter(h.target for h in hits if h.host == BROKEN and 200 <= h.status < 300)
     assert {t for t, n in ok.items() if n > 1} <= {"/broken/truncated.html"}
     assert ok["/broken/truncated.html"] <= 1 + RETRY_TIMES
