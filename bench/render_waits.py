@@ -5,8 +5,9 @@
 The render pool (spider/render/pool.py) with conf/crawl.yaml's render settings and a sub-request gate at the
 crawl's own download_delay_s (1 s), against the local web's trouble host (pages served from this script):
 1. Polls, one fetch every 100 ms for as long as the page lives: the same URL, the same with a cache-buster
-   (`?_=Date.now()`), and a new URL each time (`?seq=N`).  Per poll: the render's seconds and outcome, whether the
-   polled text is in the DOM, sub-requests sent, refusals by reason.
+   (`?_=Date.now()`), and a new URL each time (`?seq=N`), on an interval; and the last as a timeout the loader sets
+   again after an await (not stopped as a poll).  Per poll: the render's seconds and outcome, whether the polled
+   text is in the DOM, sub-requests sent, refusals by reason (`poll`: the page's timer stopped).
 2. The render of a one-fetch page on the same host right after the `?seq=N` poller: its seconds, and whether it got
    its text (what the poller's leftover sub-requests cost the host's next render).
 3. Timers on real pages: the first N WCXB dev pages (never its held-out test split) whose HTML calls `setTimeout`
@@ -34,6 +35,17 @@ Rerun 2026-12-06 after intervals were tracked too and timers waited for look aft
 first quiet look: polls 6.4 / 5.6 / 11.5 s, next render 1.8 s, the same outcomes and counts as above (a poll is never
 quiet, so its interval is not waited for); 40 real pages with setTimeout or setInterval: mean 2.35 s with
 timer_wait_s 0, 2.32 s with 2.0 (medians 2.20 / 2.17), no failures, the same 783,047 characters.
+Rerun 2026-12-06 after a timer that keeps asking is stopped (an interval, or a timeout set again by itself, once its
+runs asked render.max_repeats + 1 times):
+| poll | seconds | outcome | text in the DOM | sub-requests sent | refused |
+|---|---|---|---|---|---|
+| same URL | 5.0 | ok | yes | 3 | 1 repeat, 1 poll |
+| cache-buster | 3.9 | ok | yes | 3 | 1 repeat, 1 poll |
+| new URL each time | 4.9 | ok | yes | 4 | 1 poll |
+| new URL each time, set again after an await | 11.4 | ok, unsettled | yes | 11 | 60 budget, 39 unsent |
+| next render on the host | 1.9 | ok | yes | 1 | none |
+40 real pages with setTimeout or setInterval (offline): mean 2.39 s with timer_wait_s 0, 2.29 s with 2.0 (medians
+2.16 / 2.17), no failures, the same 783,047 characters, no poll stopped on any of them.
 """
 from __future__ import annotations
 
@@ -63,8 +75,14 @@ POLLS = {"same URL": "'/api/poll.json'", "cache-buster": "'/api/poll.json?_=' + 
          "new URL each time": "'/api/poll.json?seq=' + (n++)"}
 
 
-def loader_page(ask: str, every_ms: int | None) -> bytes:
-    """A shell whose text arrives by fetch(ask): once, or every `every_ms`."""
+def loader_page(ask: str, every_ms: int | None, after_await: bool = False) -> bytes:
+    """A shell whose text arrives by fetch(ask): once, or every `every_ms` (on an interval, or `after_await`: a
+    timeout the loader sets again after an await, which the render does not stop as a poll)."""
+    if after_await:
+        return ("<html><head><title>loader</title></head><body><div id='root'></div><script>let n = 0;\n"
+                f"const load = async () => {{ fetch({ask}).then(r => r.json()).then(d => {{\n"
+                "  document.getElementById('root').textContent = d.text; }).catch(() => null);\n"
+                f"  await null; setTimeout(load, {every_ms}); }};\nload();\n</script></body></html>").encode()
     repeat = f"setInterval(load, {every_ms});" if every_ms else ""
     return ("<html><head><title>loader</title></head><body><div id='root'></div><script>let n = 0;\n"
             f"const load = () => fetch({ask}).then(r => r.json()).then(d => {{\n"
@@ -86,8 +104,10 @@ async def polls(web, cfg, delay_s: float) -> dict:
     await pool.start()
     try:
         out = {}
-        for name, ask in POLLS.items():
-            result = await pool.render(f"http://{HOST}/poll", loader_page(ask, 100), 200, {"Content-Type": "text/html"})
+        pages = {name: loader_page(ask, 100) for name, ask in POLLS.items()}
+        pages["new URL each time, set again after an await"] = loader_page(POLLS["new URL each time"], 100, True)
+        for name, page in pages.items():
+            result = await pool.render(f"http://{HOST}/poll", page, 200, {"Content-Type": "text/html"})
             out[name] = outcome(result, "Polled paragraph text.")
         result = await pool.render(f"http://{HOST}/once", loader_page("'/api/once.json'", None), 200,
                                    {"Content-Type": "text/html"})
@@ -119,6 +139,7 @@ async def timers(cfg, pages) -> dict:
     seconds = {w: [] for w in settings}
     chars = {w: [] for w in settings}
     failed = dict.fromkeys(settings, 0)
+    stopped = dict.fromkeys(settings, 0)
     try:
         for i, (url, html) in enumerate(pages):
             for w in settings if i % 2 == 0 else settings[::-1]:
@@ -126,12 +147,14 @@ async def timers(cfg, pages) -> dict:
                 seconds[w].append(result.seconds)
                 chars[w].append(rendered_text_chars(result.html) if result.ok else 0)
                 failed[w] += not result.ok
+                stopped[w] += result.blocked["poll"] > 0
     finally:
         for pool in pools.values():
             await pool.close()
     out = {f"timer_wait_s={w}": {"renders": len(seconds[w]), "mean_s": round(statistics.mean(seconds[w]), 3),
                                  "median_s": round(statistics.median(seconds[w]), 3), "failed": failed[w],
-                                 "text_chars": sum(chars[w])} for w in settings}
+                                 "text_chars": sum(chars[w]), "renders_with_a_poll_stopped": stopped[w]}
+           for w in settings}
     out["pages_with_200_more_chars_when_waiting"] = sum(b > a + 200 for a, b in zip(*chars.values()))
     return out
 

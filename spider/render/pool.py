@@ -9,7 +9,8 @@ a `RenderResult` with `failure` set, never an exception: the caller keeps the pl
 is started again and the render tried once more on it, so no request is lost to a crash.
 The DOM is taken once the page is quiet: its sub-requests answered (their waits on the crawl's politeness free, up
 to half the timeout), the scrolls' lazy content loaded, and, on a page still short of text, the timers that fire
-within timer_wait_s run (a deferred loader).  A URL asked again and again (a poll) is refused after max_repeats;
+within timer_wait_s run (a deferred loader).  A URL asked again and again (a poll) is refused after max_repeats,
+and a timer that keeps asking (a poll of a new URL each time) is stopped after max_repeats + 1 asks;
 a DOM taken with requests in flight or still starting is marked `unsettled`.
 """
 from __future__ import annotations
@@ -49,16 +50,37 @@ _FRAMES_JS = ("() => new Promise(done => { const late = setTimeout(done, 250);"
 # or on an interval that checks until it can load.  `__weblmTimersDue(ms)`: how long until the last of those that
 # fire within `ms` has fired (0: none).  So a clock on an interval holds a page that does not show its text yet for
 # render.timer_wait_s at most, run after run.
+# It also stops polls: a timer callback (the function itself: zone.js hands every timer a closure of one source, so
+# the source would join them all) whose runs have asked for ASK_LIMIT requests
+# (render.max_repeats + 1: fetch or XHR, called while it runs) is not run again when it repeats, as an interval or
+# a timeout it set again while running (`setTimeout(poll, ms)` in poll).  The repeat rule below catches a poll of
+# one URL; this one also a poll of a new URL each time (`?seq=N`), which would otherwise keep the render asking
+# until its budget or half its time is spent.  A poll set again after an await is not caught here (the render's
+# bounds still end it); a loader that a scroll or an observer sets off on a timer is no poll.
+# `__weblmPollsStopped()`: how many were stopped.
 _TIMERS_JS = """(() => {
   const due = new Map(), period = new Map(), setT = window.setTimeout, setI = window.setInterval;
   const clearT = window.clearTimeout, clearI = window.clearInterval;
+  const asks = new WeakMap(), fetch0 = window.fetch, send0 = XMLHttpRequest.prototype.send;
+  let running = null, stopped = 0;   // the timer callback running now
   const own = (name, value) => Object.defineProperty(window, name, {value, configurable: true, writable: true});
+  const ask = () => { if (running !== null) asks.set(running, (asks.get(running) || 0) + 1); };
   const track = (set, repeat) => function (callback, ms, ...args) {
     let id;
     const every = Math.max(Number(ms) || 0, 4);  // a browser runs an interval no faster than every 4 ms
-    const run = typeof callback !== 'function' ? callback : function () {
+    const key = typeof callback === 'function' ? callback : null;
+    const polls = key !== null && (repeat || running === key);   // an interval, or a timeout set again by itself
+    const run = key === null ? callback : function () {
+      if (polls && (asks.get(key) || 0) >= ASK_LIMIT) {
+        stopped += 1;
+        due.delete(id); period.delete(id);
+        if (repeat) clearI.call(window, id);
+        return undefined;
+      }
       if (repeat && period.has(id)) due.set(id, performance.now() + every); else due.delete(id);
-      return callback.apply(this, arguments);
+      const outer = running;
+      running = key;
+      try { return callback.apply(this, arguments); } finally { running = outer; }
     };
     id = set.call(window, run, ms, ...args);
     due.set(id, performance.now() + (Number(ms) || 0));
@@ -71,6 +93,9 @@ _TIMERS_JS = """(() => {
   own('setInterval', track(setI, true));
   own('clearTimeout', forget(clearT));
   own('clearInterval', forget(clearI));
+  if (fetch0) own('fetch', function () { ask(); return fetch0.apply(this, arguments); });
+  XMLHttpRequest.prototype.send = function () { ask(); return send0.apply(this, arguments); };
+  own('__weblmPollsStopped', () => stopped);
   own('__weblmTimersDue', within => {
     const now = performance.now();
     let last = 0;
@@ -91,6 +116,7 @@ _UNROUTED_APIS_JS = """(() => {
     try { delete window[name]; } catch (e) { /* not configurable here: left as it is */ }
   }
 })();"""
+_POLLS_STOPPED_JS = "() => window.__weblmPollsStopped ? window.__weblmPollsStopped() : 0"
 _TIMERS_DUE_JS = ("([text_chars, within]) => !window.__weblmTimersDue || !document.body"
                   " || document.body.innerText.length >= text_chars ? 0 : window.__weblmTimersDue(within)")
 
@@ -283,7 +309,7 @@ class RenderPool:
         work = page = None
         try:
             page = await context.new_page()
-            await page.add_init_script(_TIMERS_JS)
+            await page.add_init_script(_TIMERS_JS.replace("ASK_LIMIT", str(1 + self.cfg.max_repeats)))
             await page.add_init_script(_UNROUTED_APIS_JS)
             page.on("crash", lambda _: crashed.done() or crashed.set_result("renderer crashed (out of memory?)"))
             page.on("popup", lambda popup: self._close_popup(popup, result))
@@ -367,7 +393,11 @@ class RenderPool:
             if grown == height:
                 break  # the scroll loaded nothing: the page is whole
             height = grown
-        if await self._watch_until_taken(page, traffic, result):  # True: it grows by itself
+        grows = await self._watch_until_taken(page, traffic, result)
+        stopped = await page.evaluate(_POLLS_STOPPED_JS)
+        if stopped:
+            result.blocked["poll"] += stopped   # a poll's runs not made: each would have asked again
+        if grows:  # it grows by itself
             result.failure = "endless"
             result.detail = "the DOM keeps growing with no request to explain it (an endless feed or a runaway script)"
             return

@@ -217,25 +217,29 @@ def test_a_page_that_shows_its_text_is_not_held_for_its_timers(pool, loop, web):
     assert result.timer_wait_ms == 0
 
 
-def test_a_page_that_keeps_asking_is_rendered_and_counted_unsettled(pool, loop, web):
-    # an analytics heartbeat: a POST every 50 ms, each refused at once (a render never posts), for as long as it runs
+def test_a_heartbeat_on_an_interval_is_stopped_as_a_poll_and_the_render_settles(pool, loop, web):
+    # an analytics heartbeat: a POST every 50 ms, each refused at once (a render never posts); after 1 + max_repeats
+    # asks its interval is not run again, so the page goes quiet (it used to keep asking until the render's last look)
     page = ('<html><head><title>beat</title></head><body><div id="root"></div><script>\n'
             "document.getElementById('root').textContent = 'Heartbeat page text '.repeat(20);\n"
             "setInterval(() => fetch('/api/beat', {method: 'POST', body: 'x'}).catch(() => null), 50);\n"
             "</script></body></html>")
     before = pool.counters["renders_unsettled"]
     result = render_html(pool, loop, "/beat", page)
-    assert result.ok and result.unsettled and b"Heartbeat page text" in result.html
-    assert result.blocked["method"] >= 3 and result.subrequests == 0
-    assert pool.counters["renders_unsettled"] == before + 1
+    assert result.ok and not result.unsettled and b"Heartbeat page text" in result.html
+    assert result.blocked["method"] == 1 + pool.cfg.max_repeats and result.subrequests == 0
+    assert result.blocked["poll"] == 1
+    assert pool.counters["renders_unsettled"] == before
 
 
 @pytest.mark.parametrize("name, ask", [("same", "'/api/status-same.json'"),
                                        ("buster", "'/api/status-buster.json?_=' + Date.now()"),
                                        ("random", "'/api/status-random.json?t=' + Math.random()")])
-def test_a_page_that_polls_its_own_host_is_fetched_a_few_times_and_rendered_unsettled(pool, loop, web, name, ask):
+def test_a_page_that_polls_its_own_host_is_fetched_a_few_times_then_stopped(pool, loop, web, name, ask):
     # a status poll every 100 ms, as is, or with a cache-buster: each poll would wait on the host delay without end.
-    # A path per case: a poll the last case's page had sent may still reach the server after its render ended.
+    # Its interval asks 1 + max_repeats times, then is stopped (the URL's fourth ask, refused as a repeat, was the
+    # page's own first call).  A path per case: a poll the last case's page had sent may still reach the server
+    # after its render ended.
     path = f"/api/status-{name}.json"
     json_route(web, path, "Polled status paragraph text.")
     page = ('<html><head><title>poll</title></head><body><div id="root"></div><script>\n'
@@ -244,25 +248,48 @@ def test_a_page_that_polls_its_own_host_is_fetched_a_few_times_and_rendered_unse
             "poll(); setInterval(poll, 100);\n</script></body></html>" % ask)
     web.hits.clear()
     result = render_html(pool, loop, f"/poll-{name}", page)
-    assert result.ok and result.unsettled, result.detail
+    assert result.ok and not result.unsettled, result.detail
     assert b"Polled status paragraph text." in result.html
     polls = web.hits.count("trouble.weblm.test", path)
     assert polls == result.subrequests == 1 + pool.cfg.max_repeats   # then refused: a poll is not the page's text
-    assert result.blocked["repeat"] >= 1
+    assert result.blocked["repeat"] == 1 and result.blocked["poll"] == 1
 
 
-def test_a_poll_that_escapes_the_repeat_rule_still_ends_as_an_unsettled_render_not_a_timeout(pool, loop, web):
-    # each poll asks for a new sequence number: no repeat; its waits on the host delay are free only up to half the
-    # render's time, then count against settling like any wait
+@pytest.mark.parametrize("timer", ["interval", "timeout set again"])
+def test_a_poll_of_a_new_url_each_time_is_stopped_after_its_first_asks(pool, loop, web, timer):
+    # each poll asks for a new sequence number, so no URL repeats: the timer that asks is what makes it a poll.  It
+    # used to keep the render asking until its budget or half its time was spent (11.3 s at the crawl's 1 s delay)
+    json_route(web, "/api/seq.json", "Sequenced paragraph text.")
+    again = "setInterval(poll, 100);" if timer == "interval" else ""
+    page = ('<html><head><title>seq</title></head><body><div id="root"></div><script>\n'
+            "let n = 0; const poll = () => { fetch('/api/seq.json?seq=' + (n++)).then(r => r.json()).then(d => {\n"
+            "  document.getElementById('root').textContent = d.text; }).catch(() => null);\n"
+            "  %s };\npoll(); %s\n</script></body></html>"
+            % ("" if again else "setTimeout(poll, 100);", again))
+    web.hits.clear()
+    result = render_html(pool, loop, f"/seq-{timer.split()[0]}", page)
+    assert result.ok and not result.unsettled, result.detail
+    assert b"Sequenced paragraph text." in result.html
+    # the page's own first call, then 1 + max_repeats from the timer: each a new URL, each sent
+    assert web.hits.count("trouble.weblm.test", "/api/seq.json") == result.subrequests == 2 + pool.cfg.max_repeats
+    assert result.blocked["poll"] == 1 and not result.blocked["repeat"] and not result.blocked["unsent"]
+
+
+def test_a_poll_that_escapes_the_poll_rules_still_ends_as_an_unsettled_render_not_a_timeout(pool, loop, web):
+    # each poll asks for a new sequence number (no repeat) and sets its timer again after an await (not stopped as a
+    # poll); its waits on the host delay are free only up to half the render's time, then count against settling
     json_route(web, "/api/tick.json", "Ticking page paragraph text.")
     page = ('<html><head><title>tick</title></head><body><div id="root"></div><script>\n'
-            "let n = 0; const poll = () => fetch('/api/tick.json?seq=' + (n++)).then(r => r.json()).then(d => {\n"
-            "  document.getElementById('root').textContent = d.text; }).catch(() => null);\n"
-            "poll(); setInterval(poll, 100);\n</script></body></html>")
+            "let n = 0; const poll = async () => {\n"
+            "  fetch('/api/tick.json?seq=' + (n++)).then(r => r.json()).then(d => {\n"
+            "    document.getElementById('root').textContent = d.text; }).catch(() => null);\n"
+            "  await null; setTimeout(poll, 100); };\npoll();\n</script></body></html>")
+    before = pool.counters["renders_unsettled"]
     result = render_html(pool, loop, "/tick", page, timeout_s=8)
     assert result.ok and result.unsettled, result.detail
+    assert pool.counters["renders_unsettled"] == before + 1
     assert b"Ticking page paragraph text." in result.html
-    assert result.subrequests >= 3 and not result.blocked["repeat"]
+    assert result.subrequests >= 3 and not result.blocked["repeat"] and not result.blocked["poll"]
     # the polls still queued on the host's delay when the DOM was taken are dropped with the page (counted), so the
     # next render on this host does not wait behind them (~20 of them: 6 s of delay)
     queued = result.blocked["unsent"]
@@ -279,12 +306,12 @@ def test_a_poll_that_escapes_the_repeat_rule_still_ends_as_an_unsettled_render_n
 def test_what_a_page_asks_while_its_render_closes_never_reaches_its_host(pool, loop, web):
     # a page's scripts run on while its context closes, after Playwright has stopped routing its requests: a fetch
     # it started then went to the host past the gate (its delay, robots.txt, the budget), 1 render of ~25 polling
-    # ones.  This page asks for a new URL every 2 ms, so that many of its fetches start while it closes (the old
-    # pool let one through in 3 runs of 3).
+    # ones.  This page asks for a new URL every few ms, so that many of its fetches start while it closes (the old
+    # pool let one through in 3 runs of 3); it sets its timer again after an await, so it is not stopped as a poll.
     json_route(web, "/api/hurry.json", "Hurried paragraph text.")
     page = ('<html><head><title>hurry</title></head><body><div id="root">Hurry</div><script>\n'
-            "let n = 0; setInterval(() => fetch('/api/hurry.json?n=' + (n++)).catch(() => null), 2);\n"
-            "</script></body></html>")
+            "let n = 0; const hurry = async () => { fetch('/api/hurry.json?n=' + (n++)).catch(() => null);\n"
+            "  await null; setTimeout(hurry, 2); };\nhurry();\n</script></body></html>")
     with changed(pool, max_subrequests=3):   # then refused: the render ends after its looks
         for attempt in range(2):
             web.hits.clear()
