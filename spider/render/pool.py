@@ -4,7 +4,8 @@ The page's own HTML is served to the browser from the bytes the crawl already fe
 page); its sub-requests go through `SubrequestGate` (robots.txt, host delay), are counted, and images, fonts
 and media are never requested.  Limits: `pages` renders at once, `timeout_s` per render, a V8 heap of
 `js_heap_mb` per renderer (a script that allocates without end crashes its own renderer, not the crawl),
-`max_dom_bytes` of DOM, `max_subrequests` per page; popups are closed and downloads refused.  Every failure is
+`max_dom_bytes` of DOM, `max_subrequests` per page (then its fetch and XHR fail in the page, with no round trip
+through the pool); popups are closed and downloads refused.  Every failure is
 a `RenderResult` with `failure` set, never an exception: the caller keeps the plain HTML.  A browser that dies
 is started again and the render tried once more on it, so no request is lost to a crash.
 The DOM is taken once the page is quiet: its sub-requests answered (their waits on the crawl's politeness free, up
@@ -57,12 +58,15 @@ _FRAMES_JS = ("() => new Promise(done => { const late = setTimeout(done, 250);"
 # one URL; this one also a poll of a new URL each time (`?seq=N`), which would otherwise keep the render asking
 # until its budget or half its time is spent.  A poll set again after an await is not caught here (the render's
 # bounds still end it); a loader that a scroll or an observer sets off on a timer is no poll.
-# `__weblmPollsStopped()`: how many were stopped.
+# And once the render's sub-request budget is spent (the pool calls `__weblmSpent()` at its first "budget" refusal),
+# the page's fetch and XHR fail at once in the page, as a refused request does, without a round trip through the pool
+# each: a page that asked every few ms sent ~250 a second, and a busy machine could not take its DOM in time.
+# `__weblmCounts()`: [timers stopped as polls, requests refused in the page for the budget].
 _TIMERS_JS = """(() => {
   const due = new Map(), period = new Map(), setT = window.setTimeout, setI = window.setInterval;
   const clearT = window.clearTimeout, clearI = window.clearInterval;
   const asks = new WeakMap(), fetch0 = window.fetch, send0 = XMLHttpRequest.prototype.send;
-  let running = null, stopped = 0;   // the timer callback running now
+  let running = null, stopped = 0, spent = false, refused = 0;   // running: the timer callback running now
   const own = (name, value) => Object.defineProperty(window, name, {value, configurable: true, writable: true});
   const ask = () => { if (running !== null) asks.set(running, (asks.get(running) || 0) + 1); };
   const track = (set, repeat) => function (callback, ms, ...args) {
@@ -93,9 +97,23 @@ _TIMERS_JS = """(() => {
   own('setInterval', track(setI, true));
   own('clearTimeout', forget(clearT));
   own('clearInterval', forget(clearI));
-  if (fetch0) own('fetch', function () { ask(); return fetch0.apply(this, arguments); });
-  XMLHttpRequest.prototype.send = function () { ask(); return send0.apply(this, arguments); };
-  own('__weblmPollsStopped', () => stopped);
+  if (fetch0) own('fetch', function () {
+    ask();
+    if (!spent) return fetch0.apply(this, arguments);
+    refused += 1;
+    return Promise.reject(new TypeError('Failed to fetch'));
+  });
+  XMLHttpRequest.prototype.send = function () {
+    ask();
+    if (!spent) return send0.apply(this, arguments);
+    refused += 1;
+    const xhr = this;   // a network error, as the browser reports one: asynchronously, error then loadend
+    setT.call(window, () => { xhr.dispatchEvent(new ProgressEvent('error'));
+                              xhr.dispatchEvent(new ProgressEvent('loadend')); }, 0);
+    return undefined;
+  };
+  own('__weblmSpent', () => { spent = true; });
+  own('__weblmCounts', () => [stopped, refused]);
   own('__weblmTimersDue', within => {
     const now = performance.now();
     let last = 0;
@@ -116,7 +134,8 @@ _UNROUTED_APIS_JS = """(() => {
     try { delete window[name]; } catch (e) { /* not configurable here: left as it is */ }
   }
 })();"""
-_POLLS_STOPPED_JS = "() => window.__weblmPollsStopped ? window.__weblmPollsStopped() : 0"
+_COUNTS_JS = "() => window.__weblmCounts ? window.__weblmCounts() : [0, 0]"
+_SPENT_JS = "() => window.__weblmSpent && window.__weblmSpent()"
 _TIMERS_DUE_JS = ("([text_chars, within]) => !window.__weblmTimersDue || !document.body"
                   " || document.body.innerText.length >= text_chars ? 0 : window.__weblmTimersDue(within)")
 
@@ -159,6 +178,7 @@ class _Traffic:
         self.admitted = 0                 # sub-requests let through to the gate (the budget counts them, not sends)
         self.asked: Counter = Counter()   # GETs by URL, cache-busters removed: a poll asks the same again and again
         self.closing = False              # the render has ended: what the page asks now is aborted
+        self.spent = False                # the page was told its budget is spent
 
     def started(self) -> None:
         self.in_flight += 1
@@ -318,6 +338,7 @@ class RenderPool:
             self.gate.fetched(self.gate.host_of(url))
 
             async def route(r):
+                self.counters["routed"] += 1
                 hold = _Hold(traffic)
                 task = asyncio.ensure_future(self._route(r, url, body, status, page_headers, result, hold, traffic))
                 routing[task] = hold
@@ -327,6 +348,9 @@ class RenderPool:
                     hold.release()
                     routing.pop(task, None)
                     task.cancel()
+                if result.blocked["budget"] and not traffic.spent:   # the page's next asks fail in the page
+                    traffic.spent = True
+                    asyncio.ensure_future(_quietly(page.evaluate(_SPENT_JS)))
                 if task.cancelled():   # answered, or Playwright's route task would wait for an answer for ever
                     await _quietly(r.abort("blockedbyclient"))
                 else:
@@ -394,9 +418,11 @@ class RenderPool:
                 break  # the scroll loaded nothing: the page is whole
             height = grown
         grows = await self._watch_until_taken(page, traffic, result)
-        stopped = await page.evaluate(_POLLS_STOPPED_JS)
+        stopped, refused = await page.evaluate(_COUNTS_JS)
         if stopped:
             result.blocked["poll"] += stopped   # a poll's runs not made: each would have asked again
+        if refused:
+            result.blocked["budget"] += refused   # refused in the page once the budget was spent
         if grows:  # it grows by itself
             result.failure = "endless"
             result.detail = "the DOM keeps growing with no request to explain it (an endless feed or a runaway script)"

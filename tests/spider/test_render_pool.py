@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
+import re
 import signal
 import socket
 import time
@@ -288,7 +289,7 @@ def test_a_poll_that_escapes_the_poll_rules_still_ends_as_an_unsettled_render_no
             "    document.getElementById('root').textContent = d.text; }).catch(() => null);\n"
             "  await null; setTimeout(poll, 100); };\npoll();\n</script></body></html>")
     before = pool.counters["renders_unsettled"]
-    result = render_html(pool, loop, "/tick", page, timeout_s=8)
+    result = render_html(pool, loop, "/tick", page, timeout_s=14)
     assert result.ok and result.unsettled, result.detail
     assert pool.counters["renders_unsettled"] == before + 1
     assert b"Ticking page paragraph text." in result.html
@@ -309,19 +310,48 @@ def test_a_poll_that_escapes_the_poll_rules_still_ends_as_an_unsettled_render_no
 def test_what_a_page_asks_while_its_render_closes_never_reaches_its_host(pool, loop, web):
     # a page's scripts run on while its context closes, after Playwright has stopped routing its requests: a fetch
     # it started then went to the host past the gate (its delay, robots.txt, the budget), 1 render of ~25 polling
-    # ones.  This page asks for a new URL every few ms, so that many of its fetches start while it closes (the old
-    # pool let one through in 3 runs of 3); it sets its timer again after an await, so it is not stopped as a poll.
-    json_route(web, "/api/hurry.json", "Hurried paragraph text.")
+    # ones.  This page asks for a new URL every few ms, so that many of its requests start while it closes (the old
+    # pool let one through in 3 runs of 3).  It asks by adding script elements, which a spent budget does not stop in
+    # the page (its fetch and XHR would fail there), and sets its timer again after an await (no poll to stop).
+    web.generated.routes[("trouble.weblm.test", "/api/hurry.js")] = Response(
+        200, (("Content-Type", "text/javascript"),), b"window.hurried = (window.hurried || 0) + 1;")
     page = ('<html><head><title>hurry</title></head><body><div id="root">Hurry</div><script>\n'
-            "let n = 0; const hurry = async () => { fetch('/api/hurry.json?n=' + (n++)).catch(() => null);\n"
-            "  await null; setTimeout(hurry, 2); };\nhurry();\n</script></body></html>")
+            "let n = 0; const hurry = async () => { const s = document.createElement('script');\n"
+            "  s.src = '/api/hurry.js?n=' + (n++); s.onload = s.onerror = () => s.remove();\n"
+            "  document.head.appendChild(s); await null; setTimeout(hurry, 2); };\nhurry();\n</script></body></html>")
     with changed(pool, max_subrequests=3):   # then refused: the render ends after its looks
         for attempt in range(2):
             web.hits.clear()
             result = render_html(pool, loop, f"/hurry-{attempt}", page)
             time.sleep(0.5)   # what escaped would arrive meanwhile
             assert result.ok and result.subrequests == 3 and result.blocked["budget"] > 10, result.detail
-            assert web.hits.count("trouble.weblm.test", "/api/hurry.json") == 3
+            assert web.hits.count("trouble.weblm.test", "/api/hurry.js") == 3
+
+
+@pytest.mark.parametrize("api", ["fetch", "xhr"])
+def test_once_the_budget_is_spent_a_pages_fetches_fail_in_the_page_without_a_round_trip(pool, loop, web, api):
+    # a page that asks every few ms sent the pool ~250 requests a second to refuse, and a machine four times
+    # oversubscribed could not take its DOM in 20 s; once the budget is spent its fetch and XHR fail in the page,
+    # as a refused request does (the page sees a network error), and only the few already on their way are routed
+    json_route(web, "/api/spam.json", "Spam paragraph text.")
+    ask = ("fetch(url).catch(() => { failed += 1; })" if api == "fetch" else
+           "(() => { const x = new XMLHttpRequest(); x.open('GET', url); x.onerror = () => { failed += 1; };\n"
+           " x.send(); })()")
+    page = ('<html><head><title>spam</title></head><body><div id="root">Spam</div><p id="failed"></p><script>\n'
+            "let n = 0, failed = 0; const spam = async () => { const url = '/api/spam.json?n=' + (n++); %s;\n"
+            "  document.getElementById('failed').textContent = 'failed ' + failed;\n"
+            "  await null; setTimeout(spam, 2); };\nspam();\n</script></body></html>" % ask)
+    routed = pool.counters["routed"]
+    web.hits.clear()
+    with changed(pool, max_subrequests=3):
+        result = render_html(pool, loop, f"/spam-{api}", page)
+    assert result.ok and result.subrequests == 3, result.detail
+    assert web.hits.count("trouble.weblm.test", "/api/spam.json") == 3
+    refused = result.blocked["budget"]
+    assert refused > 50
+    assert pool.counters["routed"] - routed < 3 + refused / 4   # most were refused in the page, never routed
+    failed = int(re.search(rb"failed (\d+)", result.html).group(1))
+    assert failed >= refused - 10   # each refusal reached the page as an error (the last few after its DOM was taken)
 
 
 def test_a_websocket_is_refused_and_counted_never_opened_to_its_host(pool, loop, web):
