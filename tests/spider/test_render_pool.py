@@ -259,19 +259,22 @@ def test_a_page_that_polls_its_own_host_is_fetched_a_few_times_then_stopped(pool
     assert result.blocked["repeat"] == 1 and result.blocked["poll"] == 1
 
 
-@pytest.mark.parametrize("timer", ["interval", "timeout set again"])
+POLL_TIMERS = {"interval": ("", "setInterval(poll, 100);"), "timeout set again": ("setTimeout(poll, 100);", ""),
+               "timeout set again after an await": ("await null; setTimeout(poll, 100);", "")}
+
+
+@pytest.mark.parametrize("timer", POLL_TIMERS)
 def test_a_poll_of_a_new_url_each_time_is_stopped_after_its_first_asks(pool, loop, web, timer):
     # each poll asks for a new sequence number, so no URL repeats: the timer that asks is what makes it a poll.  It
     # used to keep the render asking until its budget or half its time was spent (11.3 s at the crawl's 1 s delay)
     json_route(web, "/api/seq.json", "Sequenced paragraph text.")
-    again = "setInterval(poll, 100);" if timer == "interval" else ""
+    again, interval = POLL_TIMERS[timer]
     page = ('<html><head><title>seq</title></head><body><div id="root"></div><script>\n'
-            "let n = 0; const poll = () => { fetch('/api/seq.json?seq=' + (n++)).then(r => r.json()).then(d => {\n"
-            "  document.getElementById('root').textContent = d.text; }).catch(() => null);\n"
-            "  %s };\npoll(); %s\n</script></body></html>"
-            % ("" if again else "setTimeout(poll, 100);", again))
+            "let n = 0; const poll = async () => { fetch('/api/seq.json?seq=' + (n++)).then(r => r.json())"
+            ".then(d => {\n  document.getElementById('root').textContent = d.text; }).catch(() => null);\n"
+            "  %s };\npoll(); %s\n</script></body></html>" % (again, interval))
     web.hits.clear()
-    result = render_html(pool, loop, f"/seq-{timer.split()[0]}", page)
+    result = render_html(pool, loop, f"/seq-{timer.replace(' ', '-')}", page)
     assert result.ok and not result.unsettled, result.detail
     assert b"Sequenced paragraph text." in result.html
     # the page's own first call, then 1 + max_repeats from the timer: each a new URL, each sent
@@ -280,14 +283,15 @@ def test_a_poll_of_a_new_url_each_time_is_stopped_after_its_first_asks(pool, loo
 
 
 def test_a_poll_that_escapes_the_poll_rules_still_ends_as_an_unsettled_render_not_a_timeout(pool, loop, web):
-    # each poll asks for a new sequence number (no repeat) and sets its timer again after an await (not stopped as a
-    # poll); its waits on the host delay are free only up to half the render's time, then count against settling
+    # each poll asks for a new sequence number (no repeat) and sets its timer again for a new function each time (not
+    # stopped as a poll); its waits on the host delay are free only up to half the render's time, then count against
+    # settling
     json_route(web, "/api/tick.json", "Ticking page paragraph text.")
     page = ('<html><head><title>tick</title></head><body><div id="root"></div><script>\n'
             "let n = 0; const poll = async () => {\n"
             "  fetch('/api/tick.json?seq=' + (n++)).then(r => r.json()).then(d => {\n"
             "    document.getElementById('root').textContent = d.text; }).catch(() => null);\n"
-            "  await null; setTimeout(poll, 100); };\npoll();\n</script></body></html>")
+            "  await null; setTimeout(() => poll(), 100); };\npoll();\n</script></body></html>")
     before = pool.counters["renders_unsettled"]
     result = render_html(pool, loop, "/tick", page, timeout_s=14)
     assert result.ok and result.unsettled, result.detail
@@ -333,6 +337,7 @@ def test_once_the_budget_is_spent_a_pages_fetches_fail_in_the_page_without_a_rou
     # a page that asks every few ms sent the pool ~250 requests a second to refuse, and a machine four times
     # oversubscribed could not take its DOM in 20 s; once the budget is spent its fetch and XHR fail in the page,
     # as a refused request does (the page sees a network error), and only the few already on their way are routed
+    # (it sets its timer again for a new function each time, which the poll rule does not stop)
     json_route(web, "/api/spam.json", "Spam paragraph text.")
     ask = ("fetch(url).catch(() => { failed += 1; })" if api == "fetch" else
            "(() => { const x = new XMLHttpRequest(); x.open('GET', url); x.onerror = () => { failed += 1; };\n"
@@ -340,7 +345,7 @@ def test_once_the_budget_is_spent_a_pages_fetches_fail_in_the_page_without_a_rou
     page = ('<html><head><title>spam</title></head><body><div id="root">Spam</div><p id="failed"></p><script>\n'
             "let n = 0, failed = 0; const spam = async () => { const url = '/api/spam.json?n=' + (n++); %s;\n"
             "  document.getElementById('failed').textContent = 'failed ' + failed;\n"
-            "  await null; setTimeout(spam, 2); };\nspam();\n</script></body></html>" % ask)
+            "  await null; setTimeout(() => spam(), 2); };\nspam();\n</script></body></html>" % ask)
     routed = pool.counters["routed"]
     web.hits.clear()
     with changed(pool, max_subrequests=3):
