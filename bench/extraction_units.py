@@ -121,6 +121,16 @@ Three more (2026-12-06, scratch runs over this script's cached outputs, not kept
   0.510, 0.427; ...).
 - product pages cut at a reviews or related-products heading ("Customer reviews", "You may also like", ...): 8 pages
   cut, products 0.684 -> 0.683.
+
+Two more (2026-12-06, scratch runs over this script's cached outputs, not kept):
+- every page's text cut at its first tail heading ("Related articles", "About the author", "Read this next", "Leave
+  a reply", "Comments", ...) in its last half, and lone chrome lines dropped ("Share", "Subscribe", "Name*",
+  "Email*", ...): articles 0.9465 -> 0.9468 (precision 0.929 -> 0.931), mixed 0.778 -> 0.776; the chrome lines
+  alone 0.9466 / 0.7787.  What the truth leaves out of the job's article text (45,036 words in 4,543 lines, of 1.65
+  M) is spread thin: comment threads, spec tables, author bios, FAQs, captions, code, related links.
+- trafilatura with `favor_recall` for the recall-bound types: alone 0.928 / 0.659; in place of the job's text on
+  pages hinted as collection or listing 0.738 mixed, collection alone 0.757, listing 0.760, forum 0.746, service
+  0.758, product 0.765 (the job 0.778).
 """
 from __future__ import annotations
 
