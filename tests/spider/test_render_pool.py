@@ -282,6 +282,21 @@ def test_a_poll_of_a_new_url_each_time_is_stopped_after_its_first_asks(pool, loo
     assert result.blocked["poll"] == 1 and not result.blocked["repeat"] and not result.blocked["unsent"]
 
 
+def test_timeouts_set_for_one_loader_before_it_ran_are_no_poll_however_many_ask(pool, loop, web):
+    # a page that loads its five parts with one function, each on a timeout it sets up front: more asking runs than
+    # a poll is allowed, but none of those timeouts was set after the loader had asked, so every part is loaded
+    json_route(web, "/api/part.json", "Part text.")
+    page = ('<html><head><title>parts</title></head><body><div id="root"></div><script>\n'
+            "const load = i => fetch('/api/part.json?i=' + i).then(r => r.json()).then(d => {\n"
+            "  document.getElementById('root').textContent += ' ' + d.text + i; });\n"
+            "for (let i = 0; i < 5; i++) setTimeout(load, 20 * i, i);\n</script></body></html>")
+    web.hits.clear()
+    result = render_html(pool, loop, "/parts", page)
+    assert result.ok and not result.unsettled and not result.blocked["poll"], (result.detail, result.blocked)
+    assert all(f"Part text.{i}".encode() in result.html for i in range(5))
+    assert web.hits.count("trouble.weblm.test", "/api/part.json") == result.subrequests == 5 > 1 + pool.cfg.max_repeats
+
+
 def test_a_poll_that_escapes_the_poll_rules_still_ends_as_an_unsettled_render_not_a_timeout(pool, loop, web):
     # each poll asks for a new sequence number (no repeat) and sets its timer again for a new function each time (not
     # stopped as a poll); its waits on the host delay are free only up to half the render's time, then count against
