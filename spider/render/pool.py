@@ -52,15 +52,15 @@ _FRAMES_JS = ("() => new Promise(done => { const late = setTimeout(done, 250);"
 # fire within `ms` has fired (0: none).  So a clock on an interval holds a page that does not show its text yet for
 # render.timer_wait_s at most, run after run.
 # It also stops polls: a timer callback (the function itself: zone.js hands every timer a closure of one source, so
-# the source would join them all) whose runs have asked for ASK_LIMIT requests
-# (render.max_repeats + 1: fetch or XHR, called while it runs) is not run again when it repeats: as an interval, as
-# a timeout it set again while running (`setTimeout(poll, ms)` in poll), or as a timeout set for it by anyone once
-# it has asked that often (`await fetch(...); setTimeout(poll, ms)`, or from the answer's handler).  Timeouts set for
-# one function before it ran (a loader of several parts) are not polls.  The repeat rule below catches a poll of
-# one URL; this one also a poll of a new URL each time (`?seq=N`), which would otherwise keep the render asking
-# until its budget or half its time is spent.  A poll that sets a new function each time (`setTimeout(() => poll(),
-# ms)`) is not caught here (the render's bounds still end it); a loader that a scroll or an observer sets off on a
-# timer is no poll.
+# the source would join them all) whose runs have asked for ASK_LIMIT requests (render.max_repeats + 1: fetch or XHR,
+# called while it runs) is not run again when it repeats: as an interval, as a timeout it set again while running
+# (`setTimeout(poll, ms)` in poll), or as a timeout set for it by anyone once it has asked that often (`await
+# fetch(...); setTimeout(poll, ms)`, or from the answer's handler), unless that is set from an event's handler other
+# than an XHR's (a scroll's: the render scrolls for lazy content, and a page may load each part through one function
+# on a timer).  Timeouts set for one function before it ran (a loader of several parts) are no poll either.  The
+# repeat rule below catches a poll of one URL; this one also a poll of a new URL each time (`?seq=N`), which would
+# otherwise keep the render asking until its budget or half its time is spent.  A poll that sets a new function each
+# time (`setTimeout(() => poll(), ms)`) is not caught here (the render's bounds still end it).
 # And once the render's sub-request budget is spent (the pool calls `__weblmSpent()` at its first "budget" refusal),
 # the page's fetch and XHR fail at once in the page, as a refused request does, without a round trip through the pool
 # each: a page that asked every few ms sent ~250 a second, and a busy machine could not take its DOM in time.
@@ -72,12 +72,14 @@ _TIMERS_JS = """(() => {
   let running = null, stopped = 0, spent = false, refused = 0;   // running: the timer callback running now
   const own = (name, value) => Object.defineProperty(window, name, {value, configurable: true, writable: true});
   const ask = () => { if (running !== null) asks.set(running, (asks.get(running) || 0) + 1); };
+  const onEvent = () => { const e = window.event; return e !== undefined && !(e.target instanceof XMLHttpRequest); };
   const track = (set, repeat) => function (callback, ms, ...args) {
     let id;
     const every = Math.max(Number(ms) || 0, 4);  // a browser runs an interval no faster than every 4 ms
     const key = typeof callback === 'function' ? callback : null;
     // an interval, a timeout set again by itself, or one set for a callback that already asked ASK_LIMIT times
-    const polls = key !== null && (repeat || running === key || (asks.get(key) || 0) >= ASK_LIMIT);
+    // (not from an event's handler, a scroll's or the page's load: those are the page's loaders; an XHR's is a poll's)
+    const polls = key !== null && (repeat || running === key || ((asks.get(key) || 0) >= ASK_LIMIT && !onEvent()));
     const run = key === null ? callback : function () {
       if (polls && (asks.get(key) || 0) >= ASK_LIMIT) {
         stopped += 1;

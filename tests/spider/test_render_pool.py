@@ -259,27 +259,63 @@ def test_a_page_that_polls_its_own_host_is_fetched_a_few_times_then_stopped(pool
     assert result.blocked["repeat"] == 1 and result.blocked["poll"] == 1
 
 
-POLL_TIMERS = {"interval": ("", "setInterval(poll, 100);"), "timeout set again": ("setTimeout(poll, 100);", ""),
-               "timeout set again after an await": ("await null; setTimeout(poll, 100);", "")}
+SHOW = "document.getElementById('root').textContent = d.text;"
+ASK = f"fetch(url).then(r => r.json()).then(d => {{ {SHOW} }});"
+POLLS = {   # the poll's body, each run asking for /api/seq.json?seq=N once; what the page runs after it; whether it
+    # waits for each answer before it sets its timer again
+    "interval": (ASK, "setInterval(poll, 100);", False),
+    "timeout set again": (f"{ASK} setTimeout(poll, 100);", "", False),
+    "timeout set again after an await": (f"{ASK} await null; setTimeout(poll, 100);", "", False),
+    "timeout set again after the answer": (f"const d = await (await fetch(url)).json(); {SHOW} setTimeout(poll, 100);",
+                                           "", True),
+    "timeout set again from the answer's handler": (
+        f"fetch(url).then(r => r.json()).then(d => {{ {SHOW} setTimeout(poll, 100); }});", "", True),
+    "timeout set again from an XHR's load event": (
+        "const x = new XMLHttpRequest(); x.open('GET', url);\n"
+        f"  x.onload = () => {{ const d = JSON.parse(x.responseText); {SHOW} setTimeout(poll, 100); }}; x.send();", "",
+        True),
+}
 
 
-@pytest.mark.parametrize("timer", POLL_TIMERS)
+@pytest.mark.parametrize("timer", POLLS)
 def test_a_poll_of_a_new_url_each_time_is_stopped_after_its_first_asks(pool, loop, web, timer):
     # each poll asks for a new sequence number, so no URL repeats: the timer that asks is what makes it a poll.  It
     # used to keep the render asking until its budget or half its time was spent (11.3 s at the crawl's 1 s delay)
+    # A poll that waits for each answer asks once a host delay: it would still be asking when the render's looks run
+    # out (the DOM taken unsettled, as before), so it is allowed one asking run, not 1 + max_repeats.
     json_route(web, "/api/seq.json", "Sequenced paragraph text.")
-    again, interval = POLL_TIMERS[timer]
+    body, after, answered = POLLS[timer]
     page = ('<html><head><title>seq</title></head><body><div id="root"></div><script>\n'
-            "let n = 0; const poll = async () => { fetch('/api/seq.json?seq=' + (n++)).then(r => r.json())"
-            ".then(d => {\n  document.getElementById('root').textContent = d.text; }).catch(() => null);\n"
-            "  %s };\npoll(); %s\n</script></body></html>" % (again, interval))
+            "let n = 0; const poll = async () => { const url = '/api/seq.json?seq=' + (n++);\n  %s };\n"
+            "poll(); %s\n</script></body></html>" % (body, after))
     web.hits.clear()
-    result = render_html(pool, loop, f"/seq-{timer.replace(' ', '-')}", page)
-    assert result.ok and not result.unsettled, result.detail
+    with changed(pool, max_repeats=0 if answered else pool.cfg.max_repeats):
+        result = render_html(pool, loop, f"/seq-{list(POLLS).index(timer)}", page)
+        runs = 1 + pool.cfg.max_repeats
+    assert result.ok and not result.unsettled, (result.detail, result.blocked)
     assert b"Sequenced paragraph text." in result.html
     # the page's own first call, then 1 + max_repeats from the timer: each a new URL, each sent
-    assert web.hits.count("trouble.weblm.test", "/api/seq.json") == result.subrequests == 2 + pool.cfg.max_repeats
+    assert web.hits.count("trouble.weblm.test", "/api/seq.json") == result.subrequests == 1 + runs
     assert result.blocked["poll"] == 1 and not result.blocked["repeat"] and not result.blocked["unsent"]
+
+
+def test_a_scroll_loader_that_loads_each_part_through_one_function_on_a_timer_is_no_poll(pool, loop, web):
+    # the first part on a timer as the page loads, the next on each of the render's scrolls: as many asking runs of
+    # one function as a poll gets, and one more, each set from a scroll's handler
+    json_route(web, "/api/chunk.json", "Chunk text.")
+    page = ('<html><head><title>feed</title></head><body><div id="root"></div><script>\n'
+            "let n = 0, loading = false; const more = async () => { if (loading) return; loading = true;\n"
+            "  const i = n++; const r = fetch('/api/chunk.json?page=' + i); const d = await (await r).json();\n"
+            "  const div = document.createElement('div'); div.style.height = '3000px'; div.textContent = d.text + i;\n"
+            "  document.getElementById('root').appendChild(div); loading = false; };\n"
+            "setTimeout(more, 0); addEventListener('scroll', () => setTimeout(more, 50));\n</script></body></html>")
+    steps = pool.cfg.scroll_steps
+    assert 1 + steps > 1 + pool.cfg.max_repeats
+    web.hits.clear()
+    result = render_html(pool, loop, "/feed", page)
+    assert result.ok and not result.unsettled and not result.blocked["poll"], (result.detail, result.blocked)
+    assert all(f"Chunk text.{i}".encode() in result.html for i in range(1 + steps))
+    assert web.hits.count("trouble.weblm.test", "/api/chunk.json") == result.subrequests == 1 + steps
 
 
 def test_timeouts_set_for_one_loader_before_it_ran_are_no_poll_however_many_ask(pool, loop, web):
