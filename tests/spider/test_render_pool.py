@@ -299,38 +299,39 @@ def test_a_poll_of_a_new_url_each_time_is_stopped_after_its_first_asks(pool, loo
     assert result.blocked["poll"] == 1 and not result.blocked["repeat"] and not result.blocked["unsent"]
 
 
+def assert_every_part_loaded(pool, loop, web, name: str, script: str, parts: int) -> None:
+    """Render a page whose `script` loads `parts` parts from /api/NAME.json (`?i=N`, the answer's text shown with its
+    N after it): every part is asked for once and shown, and no timer is stopped as a poll, though more than a poll
+    is let ask."""
+    assert parts > 1 + pool.cfg.max_repeats
+    json_route(web, f"/api/{name}.json", "Part text.")
+    page = (f'<html><head><title>{name}</title></head><body><div id="root"></div><script>\n'
+            f"const ask = i => fetch('/api/{name}.json?i=' + i).then(r => r.json());\n"
+            f"const show = (d, i) => {{ const div = document.createElement('div'); div.style.height = '3000px';\n"
+            "  div.textContent = d.text + i; document.getElementById('root').appendChild(div); };\n"
+            f"{script}</script></body></html>")
+    web.hits.clear()
+    result = render_html(pool, loop, f"/{name}", page)
+    assert result.ok and not result.unsettled and not result.blocked["poll"], (result.detail, result.blocked)
+    assert all(f"Part text.{i}".encode() in result.html for i in range(parts))
+    assert web.hits.count("trouble.weblm.test", f"/api/{name}.json") == result.subrequests == parts
+
+
 def test_a_scroll_loader_that_loads_each_part_through_one_function_on_a_timer_is_no_poll(pool, loop, web):
     # the first part on a timer as the page loads, the next on each of the render's scrolls: as many asking runs of
     # one function as a poll gets, and one more, each set from a scroll's handler
-    json_route(web, "/api/chunk.json", "Chunk text.")
-    page = ('<html><head><title>feed</title></head><body><div id="root"></div><script>\n'
-            "let n = 0, loading = false; const more = async () => { if (loading) return; loading = true;\n"
-            "  const i = n++; const r = fetch('/api/chunk.json?page=' + i); const d = await (await r).json();\n"
-            "  const div = document.createElement('div'); div.style.height = '3000px'; div.textContent = d.text + i;\n"
-            "  document.getElementById('root').appendChild(div); loading = false; };\n"
-            "setTimeout(more, 0); addEventListener('scroll', () => setTimeout(more, 50));\n</script></body></html>")
-    steps = pool.cfg.scroll_steps
-    assert 1 + steps > 1 + pool.cfg.max_repeats
-    web.hits.clear()
-    result = render_html(pool, loop, "/feed", page)
-    assert result.ok and not result.unsettled and not result.blocked["poll"], (result.detail, result.blocked)
-    assert all(f"Chunk text.{i}".encode() in result.html for i in range(1 + steps))
-    assert web.hits.count("trouble.weblm.test", "/api/chunk.json") == result.subrequests == 1 + steps
+    assert_every_part_loaded(pool, loop, web, "feed", (
+        "let n = 0, loading = false; const more = async () => { if (loading) return; loading = true;\n"
+        "  const i = n++; show(await ask(i), i); loading = false; };\n"
+        "setTimeout(more, 0); addEventListener('scroll', () => setTimeout(more, 50));\n"), 1 + pool.cfg.scroll_steps)
 
 
 def test_timeouts_set_for_one_loader_before_it_ran_are_no_poll_however_many_ask(pool, loop, web):
     # a page that loads its five parts with one function, each on a timeout it sets up front: more asking runs than
     # a poll is allowed, but none of those timeouts was set after the loader had asked, so every part is loaded
-    json_route(web, "/api/part.json", "Part text.")
-    page = ('<html><head><title>parts</title></head><body><div id="root"></div><script>\n'
-            "const load = i => fetch('/api/part.json?i=' + i).then(r => r.json()).then(d => {\n"
-            "  document.getElementById('root').textContent += ' ' + d.text + i; });\n"
-            "for (let i = 0; i < 5; i++) setTimeout(load, 20 * i, i);\n</script></body></html>")
-    web.hits.clear()
-    result = render_html(pool, loop, "/parts", page)
-    assert result.ok and not result.unsettled and not result.blocked["poll"], (result.detail, result.blocked)
-    assert all(f"Part text.{i}".encode() in result.html for i in range(5))
-    assert web.hits.count("trouble.weblm.test", "/api/part.json") == result.subrequests == 5 > 1 + pool.cfg.max_repeats
+    assert_every_part_loaded(pool, loop, web, "parts", (
+        "const load = i => ask(i).then(d => show(d, i));\n"
+        "for (let i = 0; i < 5; i++) setTimeout(load, 20 * i, i);\n"), 5)
 
 
 def test_a_poll_that_escapes_the_poll_rules_still_ends_as_an_unsettled_render_not_a_timeout(pool, loop, web):
