@@ -72,7 +72,8 @@ _TIMERS_JS = """(() => {
   let running = null, stopped = 0, spent = false, refused = 0;   // running: the timer callback running now
   const own = (name, value) => Object.defineProperty(window, name, {value, configurable: true, writable: true});
   const ask = () => { if (running !== null) asks.set(running, (asks.get(running) || 0) + 1); };
-  const onEvent = () => { const e = window.event; return e !== undefined && !(e.target instanceof XMLHttpRequest); };
+  const XHR = XMLHttpRequest;   // the page's own names may be replaced or gone: `event` may even be null
+  const onEvent = () => { const e = window.event; return e != null && !(e.target instanceof XHR); };
   const track = (set, repeat) => function (callback, ms, ...args) {
     let id;
     const every = Math.max(Number(ms) || 0, 4);  // a browser runs an interval no faster than every 4 ms

@@ -266,6 +266,8 @@ POLLS = {   # the poll's body, each run asking for /api/seq.json?seq=N once; wha
     "interval": (ASK, "setInterval(poll, 100);", False),
     "timeout set again": (f"{ASK} setTimeout(poll, 100);", "", False),
     "timeout set again after an await": (f"{ASK} await null; setTimeout(poll, 100);", "", False),
+    "the same, on a page that sets its global event to null": (f"{ASK} await null; setTimeout(poll, 100);",
+                                                              "event = null;", False),
     "timeout set again after the answer": (f"const d = await (await fetch(url)).json(); {SHOW} setTimeout(poll, 100);",
                                            "", True),
     "timeout set again from the answer's handler": (
