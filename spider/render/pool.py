@@ -185,6 +185,7 @@ class _Traffic:
         self.admitted = 0                 # sub-requests let through to the gate (the budget counts them, not sends)
         self.asked: Counter = Counter()   # GETs by URL, cache-busters removed: a poll asks the same again and again
         self.closing = False              # the render has ended: what the page asks now is aborted
+        self.settled = 0                  # `count` when the page last settled: what started since is news to a look
         self.spent = False                # the page was told its budget is spent
 
     def started(self) -> None:
@@ -459,7 +460,7 @@ class RenderPool:
         again.
         A request that starts or ends meanwhile (a loader on a timer, a loaded machine) is let land, and the page
         looked at again, `looks` times at most: the DOM is taken once it has its answer.  One that was in flight
-        all along (a long poll, an event stream) is not waited for.  Either way, a DOM taken while requests are in
+        since the page last settled (a long poll, an event stream) is not waited for.  Either way, a DOM taken while requests are in
         flight or still starting is `unsettled` (counted: their answers may be missing from it).
         A quiet page that still shows less text than spa_text_chars and has timers that fire within timer_wait_s of
         its first quiet look (a deferred loader, hydration on a timer, an interval that checks until it may load) is
@@ -469,7 +470,10 @@ class RenderPool:
         looked, grew = 0, False
         timers_until = None   # timers are waited for until timer_wait_s after the first quiet look
         while looked < looks:
-            ended, before = traffic.count, await page.evaluate(_DOM_BYTES_JS)
+            # measured from the last settle, not from this look's start: a request that started in between (a loader
+            # on a timer, as the page's height was read) is not one in flight all along, a long poll (a loaded CI
+            # machine took such a DOM unsettled, the answer still on its way)
+            ended, before = traffic.settled, await page.evaluate(_DOM_BYTES_JS)
             await asyncio.sleep(self.cfg.settle_s)
             after = await page.evaluate(_DOM_BYTES_JS)
             looked += 1
@@ -515,7 +519,7 @@ class RenderPool:
                 await page.evaluate(_FRAMES_JS)
                 await asyncio.sleep(0.05)
                 if traffic.in_flight == 0 and traffic.count == seen:
-                    return
+                    break
             else:
                 await asyncio.sleep(0.025)
             spent = time.monotonic() - tick
@@ -523,6 +527,7 @@ class RenderPool:
                 traffic.free_hold_s -= spent
             else:
                 left -= spent
+        traffic.settled = traffic.count
 
     async def _route(self, r, page_url: str, body: bytes, status: int, headers: dict[str, str],
                      result: RenderResult, hold: _Hold, traffic: _Traffic) -> None:
