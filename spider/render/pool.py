@@ -458,10 +458,11 @@ class RenderPool:
         True when the DOM grows over settle_s while no request starts or ends, twice in a row (or on the last look):
         timers feeding it without end; once is a timer's one insertion (a deferred loader), and the page is looked at
         again.
-        A request that starts or ends meanwhile (a loader on a timer, a loaded machine) is let land, and the page
-        looked at again, `looks` times at most: the DOM is taken once it has its answer.  One that was in flight
-        since the page last settled (a long poll, an event stream) is not waited for.  Either way, a DOM taken while requests are in
-        flight or still starting is `unsettled` (counted: their answers may be missing from it).
+        A request that starts or ends meanwhile, or since the page last settled (a loader on a timer, a loaded
+        machine), is let land, and the page looked at again, `looks` times at most: the DOM is taken once it has its
+        answer.  One in flight since before the page last settled (a long poll, an event stream) is not waited for.
+        Either way, a DOM taken while requests are in flight or still starting is `unsettled` (counted: their answers
+        may be missing from it).
         A quiet page that still shows less text than spa_text_chars and has timers that fire within timer_wait_s of
         its first quiet look (a deferred loader, hydration on a timer, an interval that checks until it may load) is
         let run them, settle and be looked at again, until it shows its text or has no timer due by then; later
