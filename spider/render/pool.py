@@ -344,6 +344,12 @@ class RenderPool:
             page.on("download", lambda download: self._refuse_download(download, result))
             page_headers = {k: v for k, v in headers.items() if k.lower() not in _HOP_HEADERS}
             self.gate.fetched(self.gate.host_of(url))
+            refusing: list[asyncio.Future] = []
+
+            def refuse_all() -> asyncio.Future:
+                if not refusing:
+                    refusing.append(asyncio.ensure_future(_quietly(self._refuse_all(context, page, traffic, result))))
+                return refusing[0]
 
             async def route(r):
                 self.counters["routed"] += 1
@@ -359,6 +365,7 @@ class RenderPool:
                 if result.blocked["budget"] and not traffic.spent:   # the page's next asks fail in the page
                     traffic.spent = True
                     asyncio.ensure_future(_quietly(page.evaluate(_SPENT_JS)))
+                    refuse_all()
                 if task.cancelled():   # answered, or Playwright's route task would wait for an answer for ever
                     await _quietly(r.abort("blockedbyclient"))
                 else:
@@ -396,6 +403,7 @@ class RenderPool:
             # scripts can start nothing) would hold that navigation until Chromium gives up on it: 1 s at most.
             traffic.closing = True
             if page is not None:
+                await _quietly(asyncio.wait_for(asyncio.shield(refuse_all()), _BLANK_S))
                 await _quietly(asyncio.wait_for(page.goto("about:blank", wait_until="commit"), _BLANK_S))
             # the page is done with: what it still waits to ask is dropped, or each would hold its host's turn for a
             # delay, and the next render on that host would wait behind them; counted (`unsent`) when it had been let
@@ -562,6 +570,23 @@ class RenderPool:
         except PlaywrightError as exc:
             result.blocked["failed"] += 1
             logger.debug("render sub-request %s failed: %s", request.url, _first_line(exc))
+
+    @staticmethod
+    async def _refuse_all(context, page, traffic: _Traffic, result: RenderResult) -> None:
+        """From now on every request of the page fails in the browser, never routed: once its budget is spent (a
+        page that adds script elements without pause, which no in-page refusal stops, sent the pool hundreds a second
+        to refuse, and a loaded machine could not take its DOM in 20 s), and as its render ends (what it asks after
+        Playwright stops routing, as its context closes, would reach its host past the gate).  What fails so is
+        counted as `budget` until the render ends."""
+        session = await context.new_cdp_session(page)
+
+        def failed(event: dict) -> None:
+            if event.get("blockedReason") == "inspector" and not traffic.closing:
+                result.blocked["budget"] += 1
+
+        session.on("Network.loadingFailed", failed)
+        await session.send("Network.enable")
+        await session.send("Network.setBlockedURLs", {"urls": ["*"]})
 
     @staticmethod
     async def _count_bytes(request, result: RenderResult) -> None:
