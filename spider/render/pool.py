@@ -345,6 +345,7 @@ class RenderPool:
             page_headers = {k: v for k, v in headers.items() if k.lower() not in _HOP_HEADERS}
             self.gate.fetched(self.gate.host_of(url))
             refusing: list[asyncio.Future] = []
+            routed: set = set()   # the requests the route saw: the others that fail were refused in the browser
 
             def refuse_all() -> asyncio.Future:
                 if not refusing:
@@ -353,6 +354,7 @@ class RenderPool:
 
             async def route(r):
                 self.counters["routed"] += 1
+                routed.add(r.request)
                 hold = _Hold(traffic)
                 task = asyncio.ensure_future(self._route(r, url, body, status, page_headers, result, hold, traffic))
                 routing[task] = hold
@@ -382,7 +384,8 @@ class RenderPool:
             await context.route_web_socket("**/*", refuse_socket)
             # requests in flight, from the page's first sight of them (robots.txt and host-delay waits included)
             page.on("request", lambda request: traffic.started())
-            page.on("requestfailed", lambda request: traffic.ended())
+            page.on("requestfailed", lambda request: traffic.ended() or self._refused_unrouted(
+                request, routed, traffic, result))
             page.on("requestfinished", lambda request: traffic.ended()
                     or request.is_navigation_request() or asyncio.ensure_future(self._count_bytes(request, result)))
             work = asyncio.ensure_future(self._load(page, url, result, traffic))
@@ -577,16 +580,17 @@ class RenderPool:
         page that adds script elements without pause, which no in-page refusal stops, sent the pool hundreds a second
         to refuse, and a loaded machine could not take its DOM in 20 s), and as its render ends (what it asks after
         Playwright stops routing, as its context closes, would reach its host past the gate).  What fails so is
-        counted as `budget` until the render ends."""
+        counted as `budget` until the render ends (`_refused_unrouted`)."""
         session = await context.new_cdp_session(page)
-
-        def failed(event: dict) -> None:
-            if event.get("blockedReason") == "inspector" and not traffic.closing:
-                result.blocked["budget"] += 1
-
-        session.on("Network.loadingFailed", failed)
         await session.send("Network.enable")
         await session.send("Network.setBlockedURLs", {"urls": ["*"]})
+
+    @staticmethod
+    def _refused_unrouted(request, routed: set, traffic: _Traffic, result: RenderResult) -> None:
+        """Count a request refused in the browser once the budget was spent (`_refuse_all`): it failed as blocked by
+        the inspector, and the route never saw it (the route counts its own refusals, which CDP reports alike)."""
+        if traffic.spent and not traffic.closing and request not in routed and request.failure == "inspector":
+            result.blocked["budget"] += 1
 
     @staticmethod
     async def _count_bytes(request, result: RenderResult) -> None:

@@ -412,8 +412,9 @@ def test_what_a_page_asks_while_its_render_closes_never_reaches_its_host(pool, l
             hurried = [(round(h.at - started, 3), h.target) for h in web.hits.log("trouble.weblm.test")
                        if h.target.startswith("/api/hurry.js")]
             assert len(hurried) == 3, (attempt, hurried, round(result.seconds, 3))
-            # once spent, its asks fail in the browser: 8-15 routed here, where 1,013-1,131 were (one per refusal)
-            assert pool.counters["routed"] - routed < 50 < result.blocked["budget"]
+            # once spent, its asks fail in the browser: 8-15 routed here unloaded and 79 on a loaded CI run, where
+            # 1,013-1,131 were (one per refusal)
+            assert (pool.counters["routed"] - routed) * 4 < result.blocked["budget"]
 
 
 @pytest.mark.parametrize("api", ["fetch", "xhr"])
