@@ -187,6 +187,8 @@ class _Traffic:
         self.closing = False              # the render has ended: what the page asks now is aborted
         self.settled = 0                  # `count` when the page last settled: what started since is news to a look
         self.spent = False                # the page was told its budget is spent
+        self.routed: set = set()          # the requests the route saw: the others that fail were refused in the browser
+        self.refusing: asyncio.Future | None = None   # every request failing in the browser (`_refuse_all`), once
 
     def started(self) -> None:
         self.in_flight += 1
@@ -344,17 +346,15 @@ class RenderPool:
             page.on("download", lambda download: self._refuse_download(download, result))
             page_headers = {k: v for k, v in headers.items() if k.lower() not in _HOP_HEADERS}
             self.gate.fetched(self.gate.host_of(url))
-            refusing: list[asyncio.Future] = []
-            routed: set = set()   # the requests the route saw: the others that fail were refused in the browser
 
             def refuse_all() -> asyncio.Future:
-                if not refusing:
-                    refusing.append(asyncio.ensure_future(_quietly(self._refuse_all(context, page, traffic, result))))
-                return refusing[0]
+                if traffic.refusing is None:
+                    traffic.refusing = asyncio.ensure_future(_quietly(self._refuse_all(context, page)))
+                return traffic.refusing
 
             async def route(r):
                 self.counters["routed"] += 1
-                routed.add(r.request)
+                traffic.routed.add(r.request)
                 hold = _Hold(traffic)
                 task = asyncio.ensure_future(self._route(r, url, body, status, page_headers, result, hold, traffic))
                 routing[task] = hold
@@ -384,8 +384,8 @@ class RenderPool:
             await context.route_web_socket("**/*", refuse_socket)
             # requests in flight, from the page's first sight of them (robots.txt and host-delay waits included)
             page.on("request", lambda request: traffic.started())
-            page.on("requestfailed", lambda request: traffic.ended() or self._refused_unrouted(
-                request, routed, traffic, result))
+            page.on("requestfailed",
+                    lambda request: traffic.ended() or self._refused_unrouted(request, traffic, result))
             page.on("requestfinished", lambda request: traffic.ended()
                     or request.is_navigation_request() or asyncio.ensure_future(self._count_bytes(request, result)))
             work = asyncio.ensure_future(self._load(page, url, result, traffic))
@@ -575,7 +575,7 @@ class RenderPool:
             logger.debug("render sub-request %s failed: %s", request.url, _first_line(exc))
 
     @staticmethod
-    async def _refuse_all(context, page, traffic: _Traffic, result: RenderResult) -> None:
+    async def _refuse_all(context, page) -> None:
         """From now on every request of the page fails in the browser, never routed: once its budget is spent (a
         page that adds script elements without pause, which no in-page refusal stops, sent the pool hundreds a second
         to refuse, and a loaded machine could not take its DOM in 20 s), and as its render ends (what it asks after
@@ -586,10 +586,10 @@ class RenderPool:
         await session.send("Network.setBlockedURLs", {"urls": ["*"]})
 
     @staticmethod
-    def _refused_unrouted(request, routed: set, traffic: _Traffic, result: RenderResult) -> None:
+    def _refused_unrouted(request, traffic: _Traffic, result: RenderResult) -> None:
         """Count a request refused in the browser once the budget was spent (`_refuse_all`): it failed as blocked by
         the inspector, and the route never saw it (the route counts its own refusals, which CDP reports alike)."""
-        if traffic.spent and not traffic.closing and request not in routed and request.failure == "inspector":
+        if traffic.spent and not traffic.closing and request not in traffic.routed and request.failure == "inspector":
             result.blocked["budget"] += 1
 
     @staticmethod
