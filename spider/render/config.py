@@ -19,6 +19,9 @@ class RenderConfig:
     block_resource_types: list[str]
     max_subrequests: int
     max_repeats: int
+    cache_mb: int
+    cache_types: list[str]
+    cache_max_age_s: float
     min_html_bytes: int
     thin_text_chars: int
     spa_text_chars: int
@@ -40,6 +43,9 @@ class RenderConfig:
         unknown = set(self.block_resource_types) - {"image", "font", "media", "stylesheet", "websocket", "other"}
         if unknown:
             raise ValueError(f"crawl.render.block_resource_types has unknown Playwright resource types {sorted(unknown)}")
+        if self.cache_mb < 0 or not set(self.cache_types) <= {"script", "stylesheet"}:
+            raise ValueError("crawl.render.cache_mb must be >= 0 and crawl.render.cache_types a subset of [script, "
+                             "stylesheet]: a page's fetch and XHR answers are its own data, not shared code")
         odd = [h for h in self.browser_service_hosts if not h or any(c in h for c in ", /:*~")]
         if odd:
             raise ValueError(f"crawl.render.browser_service_hosts must be bare host names, not {odd}")

@@ -98,6 +98,7 @@ class RenderMiddleware:
     @staticmethod
     def _fields(decision: Decision, result: RenderResult, gained: int) -> dict[str, str]:
         fields = {"Ms": str(round(result.seconds * 1000)), "Subrequests": str(result.subrequests),
+                  "Cached": str(result.cached) if result.cached else "",
                   "Subrequest-Bytes": str(result.subrequest_bytes), "Reason": decision.reason,
                   "Text-Gained": str(gained), "Unsettled": "true" if result.unsettled else "",
                   "Timer-Wait-Ms": str(result.timer_wait_ms) if result.timer_wait_ms else "",
@@ -117,6 +118,8 @@ class RenderMiddleware:
             self.stats.inc_value(f"weblm/render/failed/{result.failure}")
         self.stats.inc_value("weblm/render/subrequests", result.subrequests)
         self.stats.inc_value("weblm/render/subrequest_bytes", result.subrequest_bytes)
+        if result.cached:   # scripts and stylesheets a render took from the pool's cache, not from their host
+            self.stats.inc_value("weblm/render/cached", result.cached)
         self.stats.inc_value("weblm/render/seconds_ms", round(result.seconds * 1000))
         for reason, n in result.blocked.items():
             self.stats.inc_value(f"weblm/render/blocked/{reason}", n)

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from playwright.async_api import Error as PlaywrightError
 from playwright.async_api import async_playwright
 
+from spider.render.cache import SubresourceCache
 from spider.render.config import RenderConfig
 from spider.render.gate import SubrequestGate
 
@@ -155,6 +156,7 @@ class RenderResult:
     detail: str = ""
     seconds: float = 0.0
     subrequests: int = 0              # sub-requests fetched for the page (through the gate)
+    cached: int = 0                   # scripts and stylesheets answered from the pool's cache: not fetched
     subrequest_bytes: int = 0         # their body bytes
     blocked: Counter = field(default_factory=Counter)   # sub-requests not made, by reason
     popups: int = 0
@@ -189,6 +191,7 @@ class _Traffic:
         self.spent = False                # the page was told its budget is spent
         self.routed: set = set()          # the requests the route saw: the others that fail were refused in the browser
         self.refusing: asyncio.Future | None = None   # every request failing in the browser (`_refuse_all`), once
+        self.from_cache: set = set()      # the requests answered from the pool's cache: no bytes from a host
 
     def started(self) -> None:
         self.in_flight += 1
@@ -222,6 +225,7 @@ class RenderPool:
         self.proxy = proxy
         self.user_agent = user_agent
         self.counters: Counter[str] = Counter()
+        self.cache = SubresourceCache(cfg.cache_mb << 20, cfg.cache_max_age_s)
         self._slots = asyncio.Semaphore(cfg.pages)
         self._playwright = None
         self._browser = None
@@ -386,8 +390,8 @@ class RenderPool:
             page.on("request", lambda request: traffic.started())
             page.on("requestfailed",
                     lambda request: traffic.ended() or self._refused_unrouted(request, traffic, result))
-            page.on("requestfinished", lambda request: traffic.ended()
-                    or request.is_navigation_request() or asyncio.ensure_future(self._count_bytes(request, result)))
+            page.on("requestfinished", lambda request: traffic.ended() or request.is_navigation_request()
+                    or request in traffic.from_cache or asyncio.ensure_future(self._count_bytes(request, result)))
             work = asyncio.ensure_future(self._load(page, url, result, traffic))
             done, _ = await asyncio.wait({work, crashed}, return_when=asyncio.FIRST_COMPLETED)
             if crashed in done:
@@ -563,16 +567,55 @@ class RenderPool:
             result.blocked[reason] += 1
             await r.abort("blockedbyclient")
             return
+        cacheable = self.cfg.cache_mb > 0 and request.method == "GET" and request.resource_type in self.cfg.cache_types
+        if cacheable and await self._from_cache(r, hold, traffic, result):
+            return
         try:
             async with self.gate.turn(self.gate.host_of(request.url)):
+                # another render of the site may have fetched it while this one waited for the host's turn
+                if cacheable and await self._from_cache(r, hold, traffic, result):
+                    return
                 hold.release()
                 result.subrequests += 1
                 # the browser fetches it itself, through its proxy (Playwright's own fetch would tunnel with CONNECT)
                 await r.continue_()
-                await request.response()  # the host is free again only once it has answered
+                response = await request.response()  # the host is free again only once it has answered
+                if cacheable and response is not None:   # (and a file to keep, once its body is in)
+                    await self._keep(request.url, response)
         except PlaywrightError as exc:
             result.blocked["failed"] += 1
             logger.debug("render sub-request %s failed: %s", request.url, _first_line(exc))
+
+    async def _from_cache(self, r, hold: _Hold, traffic: _Traffic, result: RenderResult) -> bool:
+        """Answer the request from the cache, if it holds the URL: not sent, so neither the budget nor the host's delay
+        counts it."""
+        answer = self.cache.get(r.request.url)
+        if answer is None:
+            return False
+        hold.release()
+        if hold.admitted:
+            hold.admitted, traffic.admitted = False, traffic.admitted - 1
+        traffic.from_cache.add(r.request)
+        result.cached += 1
+        self.counters["cache_hits"] += 1
+        try:
+            await r.fulfill(status=answer.status, headers=answer.headers, body=answer.body)
+        except PlaywrightError as exc:   # the page closed meanwhile: nothing was sent, nothing is lost
+            logger.debug("render sub-request %s not answered from the cache: %s", r.request.url, _first_line(exc))
+        return True
+
+    async def _keep(self, url: str, response) -> None:
+        """Keep a script's or stylesheet's answer for later renders: a 200 the host did not mark no-store."""
+        headers = response.headers
+        if response.status != 200 or "no-store" in headers.get("cache-control", "").lower():
+            return
+        try:
+            body = await response.body()
+        except PlaywrightError:
+            return   # the page left before its body arrived
+        kept = {k: v for k, v in headers.items() if k.lower() not in _HOP_HEADERS and k.lower() != "set-cookie"}
+        if self.cache.put(url, response.status, kept, body):
+            self.counters["cache_stored"] += 1
 
     @staticmethod
     async def _refuse_all(context, page) -> None:

@@ -34,6 +34,9 @@ def test_the_crawl_renders_only_the_pages_that_need_it_and_keeps_going_past_bad_
     assert sum(failed.values()) == 3                            # /hang, /endless, /memory (crash or timeout)
     assert render["decided/no_scripts"] > 0 and render["decided/enough_text"] >= 3   # plain pages, /about.html
     assert render["blocked/robots"] >= 1 and render["text_chars_gained"] > 5000
+    # the SPA's pages share one bundle: fetched for the first render, taken from the render cache by the others
+    assert web.hits.count("spa.weblm.test", "/_next/static/app.js") == 1
+    assert render["cached"] == len(web.truth.by_kind("js-spa")) - 1 > 0
 
 
 def test_each_rendered_dom_is_a_conversion_record_that_refers_to_the_untouched_response(crawled):
@@ -53,10 +56,13 @@ def test_each_rendered_dom_is_a_conversion_record_that_refers_to_the_untouched_r
             first = truth.text.split("\n\n")[0][:60]
             assert first in conv["raw"].decode()
             assert first not in visible_text(lxml.html.document_fromstring(original["raw"]))   # stored as fetched
-            assert int(h.get_header("WARC-X-Render-Subrequests")) >= 1
+            # its data, or its bundle: fetched once per crawl process, later pages take it from the render cache
+            assert int(h.get_header("WARC-X-Render-Subrequests") or 0) + int(h.get_header("WARC-X-Render-Cached") or 0)
             assert h.get_header("WARC-X-Render-Unsettled") is None   # every request the page made had landed
             deferred = "after load" in truth.note                   # its loader runs on a timer (localweb)
             assert bool(h.get_header("WARC-X-Render-Timer-Wait-Ms")) == deferred, (url, truth.note)
+    cached = [int(c["headers"].get_header("WARC-X-Render-Cached") or 0) for c in conversions]
+    assert sum(cached) == run.stats["render"]["cached"]   # counted as written
     unsettled = [c for c in conversions if c["headers"].get_header("WARC-X-Render-Unsettled") == "true"]
     assert len(unsettled) == run.stats["render"].get("unsettled", 0)   # counted as written
     waited = [int(c["headers"].get_header("WARC-X-Render-Timer-Wait-Ms") or 0) for c in conversions]

@@ -122,7 +122,8 @@ def test_a_page_whose_text_needs_javascript_gets_it_from_the_render(pool, loop, 
     dom = result.html.decode()
     assert all(p[:60] in dom for p in paragraphs)          # the rendered DOM has all of it (scroll: every chunk)
     assert rendered_text_chars(result.html) > len(truth.text) * 0.9
-    assert result.subrequests >= 1 and result.subrequest_bytes > 0
+    assert result.subrequests + result.cached >= 1   # a bundle may come from the cache: a render before fetched it
+    assert (result.subrequest_bytes > 0) == (result.subrequests > 0)   # bytes from hosts only
 
 
 def test_sub_requests_obey_robots_txt_and_the_host_delay_and_images_are_never_fetched(pool, loop, web):
@@ -590,3 +591,62 @@ def test_the_sub_request_budget_counts_requests_let_through_not_only_those_alrea
     with changed(pool, max_subrequests=3):
         result = render_html(pool, loop, "/many", page)
     assert result.ok and result.subrequests == 3 and result.blocked["budget"] == 5
+
+
+def _script(source: str, *headers: tuple[str, str]) -> Response:
+    return Response(200, (("Content-Type", "text/javascript"), *headers), source.encode())
+
+
+def test_a_script_a_sites_pages_share_is_fetched_once_and_later_renders_take_it_from_the_cache(pool, loop, web):
+    host = "trouble.weblm.test"
+    web.generated.routes[(host, "/static/shared.js")] = _script(
+        "document.getElementById('t').textContent = 'Shared script ran on ' + location.pathname;")
+    web.generated.routes[(host, "/static/own.js")] = _script(
+        "document.getElementById('o').textContent = 'Own script ran.';", ("Cache-Control", "private, no-store"))
+    json_route(web, "/api/shared.json", "Shared data paragraph.")
+    page = ("<html><head><title>s</title></head><body><p id='t'></p><p id='o'></p><p id='d'></p>"
+            "<script src='/static/shared.js'></script><script src='/static/own.js'></script><script>\n"
+            "fetch('/api/shared.json').then(r => r.json())\n"
+            "  .then(d => { document.getElementById('d').textContent = d.text; });\n</script></body></html>")
+    web.hits.clear()
+    first = render_html(pool, loop, "/shared-1", page)
+    second = render_html(pool, loop, "/shared-2", page)
+    for result, path in ((first, "/shared-1"), (second, "/shared-2")):
+        dom = result.html.decode()
+        assert result.ok and f"Shared script ran on {path}" in dom, result.detail   # the kept script ran again
+        assert "Own script ran." in dom and "Shared data paragraph." in dom
+    assert web.hits.count(host, "/static/shared.js") == 1
+    assert web.hits.count(host, "/static/own.js") == 2          # the host said no-store
+    assert web.hits.count(host, "/api/shared.json") == 2        # a page's data is never kept
+    assert (first.cached, second.cached) == (0, 1) and second.subrequests == first.subrequests - 1 == 2
+    assert second.subrequest_bytes < first.subrequest_bytes     # its bytes came from no host
+    with changed(pool, cache_mb=0):   # off: fetched again
+        third = render_html(pool, loop, "/shared-3", page)
+    assert third.ok and third.cached == 0 and web.hits.count(host, "/static/shared.js") == 2
+
+
+def test_two_renders_of_a_site_at_once_fetch_its_script_once(pool, loop, web):
+    host = "trouble.weblm.test"
+    web.generated.routes[(host, "/static/together.js")] = _script(
+        "document.getElementById('t').textContent = 'Together script ran on ' + location.pathname;")
+    page = ("<html><head><title>s</title></head><body><p id='t'></p>"
+            "<script src='/static/together.js'></script></body></html>")
+
+    async def both():
+        return await asyncio.gather(*(pool.render(f"http://{host}/together-{i}", page.encode(), 200,
+                                                  {"Content-Type": "text/html"}) for i in (1, 2)))
+
+    web.hits.clear()
+    results = loop.run_until_complete(both())
+    for i, result in enumerate(results, 1):
+        assert result.ok and f"Together script ran on /together-{i}" in result.html.decode(), result.detail
+    # the second waited for the host's turn behind the first, then found the script kept
+    assert web.hits.count(host, "/static/together.js") == 1
+    assert sorted(r.cached for r in results) == [0, 1] and sum(r.subrequests for r in results) == 1
+
+
+def test_the_cache_keeps_only_scripts_and_stylesheets():
+    assert load_crawl_config(["render.cache_types=[script]"]).render.cache_types == ["script"]
+    for odd in ("fetch", "xhr", "document"):
+        with pytest.raises(ValueError, match="cache_types a subset"):
+            load_crawl_config([f"render.cache_types=[script, {odd}]"])
