@@ -3,11 +3,13 @@
 A site's pages share their bundles (`/_next/static/app.js`, a theme's CSS): without a cache every render of the site
 fetches them again, each through its host's delay (1 s in conf), which is load on the host and time in the render.
 Chromium's own HTTP cache cannot do it: Playwright turns it off while requests are routed, and every render has a
-context of its own.  Googlebot's renderer caches sub-resources the same way, for longer than their headers say.
+context of its own.  Google's renderer (WRS) does the same for every script and stylesheet, for up to 30 days whatever
+their HTTP caching headers say, to spare the host's crawl budget (Google Search Central blog, December 2024).
+Here a host's `no-store` is obeyed, and `render.cache_max_age_s` is an hour: a site's crawl mostly fits in it.
 
 Bounded by bytes (least recently used dropped) and by age (a site may deploy a new bundle under the same URL).  An
-OrderedDict, not cachetools' LRUCache (no dependency of the spider extra).  Kept per crawl process: the frontier hands
-one host to one worker at a time, so a site's renders mostly share a process.
+OrderedDict, not cachetools' LRUCache (no dependency of the spider extra).  Kept per crawl process, as the host memory
+(spider/render/memory.py) is: a site's files are fetched once by each worker that renders its pages.
 """
 from __future__ import annotations
 
